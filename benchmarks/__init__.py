@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: strided against NumPy (and PyTorch/JAX when installed)."""

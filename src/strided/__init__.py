@@ -1,0 +1,38 @@
+"""strided: immutable, exact, strided tensors for machine-learning inference data."""
+
+from ._dtype import DType
+from ._errors import (
+    DataError,
+    DivisionError,
+    DTypeError,
+    FormatError,
+    IndexingError,
+    LimitError,
+    RangeError,
+    ShapeError,
+)
+from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
+from ._scalar import Scalar
+from ._shape import Shape
+from ._tensor import Tensor, tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_ELEMENTS",
+    "MAX_INSPECTION_SAMPLES",
+    "MAX_RANK",
+    "DType",
+    "DTypeError",
+    "DataError",
+    "DivisionError",
+    "FormatError",
+    "IndexingError",
+    "LimitError",
+    "RangeError",
+    "Scalar",
+    "Shape",
+    "ShapeError",
+    "Tensor",
+    "tensor",
+]

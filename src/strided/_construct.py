@@ -1,0 +1,121 @@
+"""Turning caller input (bytes, Python values, nested lists) into validated NumPy storage.
+
+Every function here checks shape limits before it allocates, and returns a NumPy array
+that nobody else holds (or that is backed by an immutable buffer), ready to be adopted
+as a tensor's storage.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterable
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from ._dtype import DType
+from ._errors import DTypeError, FormatError, LimitError, ShapeError
+from ._limits import MAX_RANK, check_dims
+from ._scalar import Scalar
+
+__all__ = ["nested_shape", "python_values", "storage_from_bytes", "storage_from_values"]
+
+
+def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.ndarray:
+    """A flat array over ``data``: shared when the buffer is immutable, copied otherwise."""
+    if isinstance(data, (str, int, float)) or data is None:
+        raise FormatError(f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}")
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise FormatError(
+            f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}"
+        ) from None
+    numel = 1
+    for dim in dims:
+        numel *= dim
+    expected = numel * dtype.itemsize
+    if view.nbytes != expected:
+        raise FormatError(
+            f"from_le_bytes: shape {list(dims)} of {dtype.name} needs {expected} bytes, "
+            f"found {view.nbytes}"
+        )
+    if not view.c_contiguous:
+        raise FormatError("from_le_bytes: the buffer must be contiguous")
+    raw = np.frombuffer(view.cast("B") if view.format != "B" else view, dtype=np.uint8)
+    if dtype is DType.BOOL:
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            first = int(bad[0])
+            raise FormatError(f"from_le_bytes: BOOL byte {first} is {int(raw[first])}, not 0 or 1")
+    # bytes, read-only memoryviews and read-only mmaps cannot change under us: share them.
+    immutable = view.readonly and not _is_writable_mmap(data)
+    flat = raw.view(dtype.numpy)
+    if immutable:
+        return flat
+    copy = flat.copy()
+    copy.flags.writeable = False
+    return copy
+
+
+def _is_writable_mmap(data: object) -> bool:
+    return isinstance(data, mmap.mmap) and not memoryview(data).readonly
+
+
+def storage_from_values(dtype: DType, dims: tuple[int, ...], values: Iterable[object]) -> np.ndarray:
+    """A flat array of ``values`` converted exactly (as ``Scalar(dtype, v)``)."""
+    numel = 1
+    for dim in dims:
+        numel *= dim
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise FormatError(f"from_scalars: values must be an iterable, found {type(values).__name__}")
+    # Take at most numel + 1 items, so an endless or huge iterable cannot exhaust memory.
+    taken = list(islice(values, numel + 1))
+    if len(taken) != numel:
+        found = f"more than {numel}" if len(taken) > numel else str(len(taken))
+        raise ShapeError(f"from_scalars: shape {list(dims)} needs {numel} values, found {found}")
+    exact = [Scalar(dtype, value).value for value in taken]
+    return np.array(exact, dtype=dtype.numpy if dtype.is_integer or dtype is DType.BOOL else np.float64).astype(dtype.numpy, copy=False)
+
+
+def python_values(array: np.ndarray, dtype: DType) -> Any:
+    """``array.tolist()`` with exact Python values (BF16/FP8 go through F32, exactly)."""
+    if dtype in (DType.BF16, DType.F8_E4M3, DType.F8_E5M2):
+        return array.astype(np.float32).tolist()
+    return array.tolist()
+
+
+def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:
+    """The shape and flat row-major leaves of nested lists/tuples, without recursion."""
+    dims: list[int] = []
+    level: list[object] = [values]
+    while True:
+        sequences = [isinstance(item, (list, tuple)) for item in level]
+        if not any(sequences):
+            return check_dims(dims), level
+        if not all(sequences):
+            raise ShapeError(f"tensor: ragged nesting at depth {len(dims)}")
+        lengths = {len(item) for item in level}  # type: ignore[arg-type]
+        if len(lengths) != 1:
+            raise ShapeError(f"tensor: ragged nesting at depth {len(dims)}: lengths {sorted(lengths)[:4]}")
+        if len(dims) >= MAX_RANK:
+            raise LimitError(f"tensor: nesting deeper than MAX_RANK ({MAX_RANK})")
+        dims.append(lengths.pop())
+        if dims[-1] == 0:
+            # An empty level: nothing below it, so the remaining shape is what we have.
+            return check_dims(dims), []
+        level = [leaf for item in level for leaf in item]  # type: ignore[attr-defined]
+
+
+def check_numpy_input(array: object) -> np.ndarray:
+    """``array`` as an ndarray (NumPy scalars become rank 0), with the tensor limits."""
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
+    if not isinstance(array, np.ndarray):
+        raise DTypeError(
+            f"from_numpy: expected a numpy.ndarray, found {type(array).__name__} "
+            "(use st.tensor for Python lists)"
+        )
+    check_dims(array.shape)
+    return array

@@ -1,0 +1,63 @@
+"""Hard caps, and the one shape check every constructor runs before it allocates."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+
+from ._errors import LimitError, ShapeError
+
+__all__ = ["MAX_ELEMENTS", "MAX_INSPECTION_SAMPLES", "MAX_RANK", "check_dims", "to_dim"]
+
+MAX_RANK = 32
+MAX_ELEMENTS = 2**34
+MAX_INSPECTION_SAMPLES = 65536
+
+
+def to_dim(value: object, what: str = "dim") -> int:
+    """Return ``value`` as a Python int dim; ``bool``, floats and negatives are ShapeError."""
+    if type(value) is int:
+        dim = value
+    elif isinstance(value, bool):
+        raise ShapeError(f"{what} must be an int, found bool {value!r}")
+    else:
+        try:
+            dim = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise ShapeError(
+                f"{what} must be an int, found {type(value).__name__} {_short(value)}"
+            ) from None
+    if dim < 0:
+        raise ShapeError(f"{what} must be non-negative, found {dim}")
+    return dim
+
+
+def check_dims(dims: object, what: str = "shape") -> tuple[int, ...]:
+    """Validate a caller-supplied shape against MAX_RANK and MAX_ELEMENTS.
+
+    The products are Python ints (arbitrary precision), so a shape whose product would
+    wrap a 64-bit integer is a LimitError rather than a small number. The product of the
+    non-zero dims is bounded too, so ``[0, 2**40]`` is refused although it is empty.
+    """
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+        raise ShapeError(f"{what} must be a sequence of ints, found {type(dims).__name__}")
+    result: list[int] = []
+    nonzero_product = 1
+    for i, raw in enumerate(dims):
+        if i >= MAX_RANK:
+            raise LimitError(f"{what}: rank exceeds MAX_RANK ({MAX_RANK})")
+        dim = to_dim(raw, f"{what}[{i}]")
+        if dim:
+            nonzero_product *= dim
+            if nonzero_product > MAX_ELEMENTS:
+                raise LimitError(
+                    f"{what}: more than MAX_ELEMENTS ({MAX_ELEMENTS}) elements "
+                    f"(dims so far {[*result, dim]})"
+                )
+        result.append(dim)
+    return tuple(result)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,491 @@
+"""Tensor: an immutable view (dtype, shape, element strides, offset) over read-only storage.
+
+A Tensor holds one NumPy array, ``_array``: a read-only view whose shape, strides and
+offset are the tensor's. Its ``base`` is the flat read-only storage array that every view
+of the same data shares (NumPy collapses a view of a view onto that same base), so a
+view is a new ``_array`` over the same storage and never copies. Keeping a single slot
+makes view creation cheap: building a Tensor is one allocation and one store.
+Everything is built through ``Tensor._wrap`` (trusted) or the public constructors,
+which validate first.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn, SupportsIndex
+
+import numpy as np
+
+from . import _indexing
+from ._arith import ArithMethods
+from ._construct import (
+    check_numpy_input,
+    nested_shape,
+    python_values,
+    storage_from_bytes,
+    storage_from_values,
+)
+from ._dtype import DType
+from ._errors import DTypeError, IndexingError, ShapeError
+from ._inspect import InspectMethods
+from ._limits import MAX_RANK, check_dims
+from ._reduce import ReduceMethods
+from ._scalar import Scalar
+from ._shape import Shape
+from ._text import TextMethods
+from ._update import UpdateMethods
+
+__all__ = ["Tensor", "tensor"]
+
+_SETITEM_HINT = (
+    "Tensor is immutable; use t.with_slice(index, value) or t.at[index].set(value), "
+    "which return a new tensor"
+)
+
+
+def _as_dtype(dtype: object) -> DType:
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return DType.parse(dtype)
+    raise DTypeError(f"expected a DType, found {type(dtype).__name__}")
+
+
+class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods):
+    """An immutable, exact, strided tensor.
+
+    Build one with ``st.tensor``, ``Tensor.from_scalars``, ``Tensor.from_le_bytes``,
+    ``Tensor.from_numpy``, ``Tensor.zeros``, ``Tensor.full`` or ``Tensor.scalar``; the
+    constructor itself is private. Views (indexing, ``transpose``, ``mT``, contiguous
+    ``reshape``) share storage and never copy; nothing ever changes a tensor.
+    """
+
+    __slots__ = ("_array",)
+
+    _array: np.ndarray
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "Tensor() cannot be called directly; use st.tensor(values, dtype), "
+            "Tensor.from_scalars, Tensor.from_le_bytes, Tensor.from_numpy, "
+            "Tensor.zeros or Tensor.full"
+        )
+
+    # -- the one way in -----------------------------------------------------------
+
+    @classmethod
+    def _wrap(cls, array: np.ndarray) -> Tensor:
+        """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage."""
+        self = _new(cls)
+        _set_array(self, array)
+        return self
+
+    @property
+    def _storage(self) -> np.ndarray:
+        return self._array.base  # type: ignore[return-value]
+
+    @property
+    def _dtype(self) -> DType:
+        return _DTYPE_OF[self._array.dtype]
+
+    @classmethod
+    def _adopt(cls, array: np.ndarray, dtype: DType) -> Tensor:
+        """Trusted: a freshly computed array that no one else holds becomes a new tensor.
+
+        It is made C-contiguous in ``dtype.numpy`` (copying only when needed) and
+        read-only; the tensor's array is a view of it, so the flag cannot be flipped
+        back through ``t.numpy()``.
+        """
+        # np.asarray (not ascontiguousarray, which turns rank 0 into rank 1).
+        owned = np.asarray(array, dtype=dtype.numpy, order="C")
+        if not owned.flags.owndata:
+            owned = owned.copy()
+        owned.flags.writeable = False
+        return cls._wrap(owned.reshape(owned.shape))
+
+    # -- construction --------------------------------------------------------------
+
+    @classmethod
+    def from_le_bytes(cls, dtype: DType | str, shape: Iterable[SupportsIndex], data: object) -> Tensor:
+        """A tensor over packed little-endian bytes (``len(data) == numel * itemsize``).
+
+        Immutable buffers (``bytes``, read-only ``memoryview``, read-only ``mmap``) are
+        shared without copying; anything writable is copied first. BOOL bytes other than
+        0 and 1 are FormatError, so bytes round-trip exactly.
+        """
+        dt = _as_dtype(dtype)
+        dims = check_dims(shape)
+        storage = storage_from_bytes(dt, dims, data)
+        return cls._wrap(storage.reshape(dims))
+
+    @classmethod
+    def from_scalars(cls, dtype: DType | str, shape: Iterable[SupportsIndex], values: Iterable[object]) -> Tensor:
+        """A tensor of ``values`` (flat, row-major), each converted exactly as ``Scalar(dtype, v)``.
+
+        The count must equal the shape's element count (ShapeError otherwise).
+        """
+        dt = _as_dtype(dtype)
+        dims = check_dims(shape)
+        return cls._adopt(storage_from_values(dt, dims, values).reshape(dims), dt)
+
+    @classmethod
+    def zeros(cls, dtype: DType | str, shape: Iterable[SupportsIndex]) -> Tensor:
+        """A tensor of zeros (``false`` for BOOL)."""
+        dt = _as_dtype(dtype)
+        return cls._adopt(np.zeros(check_dims(shape), dtype=dt.numpy), dt)
+
+    @classmethod
+    def full(cls, dtype: DType | str, shape: Iterable[SupportsIndex], value: object) -> Tensor:
+        """A tensor with every element ``Scalar(dtype, value)``."""
+        dt = _as_dtype(dtype)
+        dims = check_dims(shape)
+        exact = Scalar(dt, value).value
+        return cls._adopt(np.full(dims, exact, dtype=dt.numpy), dt)
+
+    @classmethod
+    def scalar(cls, value: Scalar) -> Tensor:
+        """A rank-0 tensor holding ``value``."""
+        if not isinstance(value, Scalar):
+            raise DTypeError(f"Tensor.scalar: expected a Scalar, found {type(value).__name__}")
+        return cls.full(value.dtype, (), value)
+
+    @classmethod
+    def from_numpy(cls, array: object, dtype: DType | str | None = None) -> Tensor:
+        """A copy of a NumPy array (later writes to ``array`` do not show).
+
+        With ``dtype``, values are converted under the ``convert`` rules (exact or
+        RangeError). Non-native byte order is converted on copy.
+        """
+        source = check_numpy_input(array)
+        own = DType.from_numpy(source.dtype)
+        copied = np.array(source, dtype=own.numpy, order="C", copy=True)
+        result = cls._adopt(copied, own)
+        if dtype is None:
+            return result
+        return result.convert(_as_dtype(dtype))
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> DType:
+        """The element type."""
+        return self._dtype
+
+    @property
+    def shape(self) -> Shape:
+        """The shape (a ``tuple`` subclass)."""
+        return Shape._trusted(self._array.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements (not bytes); may be negative."""
+        size = self._array.itemsize
+        return tuple(step // size for step in self._array.strides)
+
+    @property
+    def offset(self) -> int:
+        """Element offset of the first logical element into the storage."""
+        start = self._array.__array_interface__["data"][0]
+        base = self._storage.__array_interface__["data"][0]
+        return (start - base) // self._array.itemsize
+
+    @property
+    def ndim(self) -> int:
+        """The rank."""
+        return self._array.ndim
+
+    @property
+    def numel(self) -> int:
+        """The logical element count."""
+        return self._array.size
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the tensor holds no elements."""
+        return self._array.size == 0
+
+    @property
+    def byte_len(self) -> int:
+        """``numel * itemsize``: the bytes of the logical elements."""
+        return self._array.size * self._array.itemsize
+
+    @property
+    def storage_byte_len(self) -> int:
+        """Physical bytes of the shared backing buffer."""
+        return self._storage.nbytes
+
+    @property
+    def is_contiguous(self) -> bool:
+        """C-contiguous by NumPy's rule (size-1 axes and empty tensors don't break it)."""
+        return bool(self._array.flags.c_contiguous)
+
+    def __len__(self) -> int:
+        if not self._array.ndim:
+            raise TypeError("len() of a rank-0 tensor")
+        return self._array.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self._array.ndim:
+            raise TypeError("iteration over a rank-0 tensor")
+        for i in range(self._array.shape[0]):
+            yield self._wrap(self._array[i, ...])
+
+    # -- reading -------------------------------------------------------------------
+
+    def get(self, indices: Iterable[SupportsIndex]) -> Scalar:
+        """The element at ``indices`` (exactly ``ndim`` ints; negatives count from the end)."""
+        if isinstance(indices, (str, bytes)) or not isinstance(indices, Iterable):
+            raise IndexingError(f"get: expected {self.ndim} ints, found {type(indices).__name__}")
+        items = tuple(indices)
+        if len(items) != self._array.ndim:
+            raise IndexingError(f"get: expected {self.ndim} indices, found {len(items)}")
+        for item in items:
+            if isinstance(item, (bool, np.bool_)) or not hasattr(item, "__index__"):
+                raise IndexingError(f"get: indices must be ints, found {type(item).__name__}")
+        view = _indexing.apply(self._array, _indexing.normalize(items))
+        return _scalar_at(view[()], self._dtype)
+
+    def item(self) -> Scalar:
+        """The only element of a one-element tensor (ShapeError otherwise)."""
+        if self._array.size != 1:
+            raise ShapeError(f"item: tensor of shape {self.shape} has {self.numel} elements, not 1")
+        return _scalar_at(self._array.reshape(-1)[0], self._dtype)
+
+    def to_scalars(self) -> list[Scalar]:
+        """Every element as a Scalar, in row-major order."""
+        trusted = Scalar._trusted
+        dtype = self._dtype
+        return [trusted(dtype, v) for v in python_values(self._array.reshape(-1), dtype)]
+
+    def tolist(self) -> Any:
+        """Nested Python lists of exact Python values (``bool``, ``int`` or ``float``)."""
+        return python_values(self._array, self._dtype)
+
+    def to_le_bytes(self) -> bytes:
+        """The logical elements as packed little-endian bytes, row-major."""
+        return self._array.tobytes(order="C")
+
+    def numpy(self) -> np.ndarray:
+        """A read-only NumPy view of the tensor (zero-copy)."""
+        return self._array
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if dtype is not None and np.dtype(dtype) != self._array.dtype:
+            if copy is False:
+                raise ValueError("a copy is needed to change the dtype")
+            return self._array.astype(dtype)
+        return self._array.copy() if copy else self._array
+
+    # -- views ---------------------------------------------------------------------
+
+    def __getitem__(self, index: object) -> Tensor:
+        """Basic indexing: a view sharing storage (see ``slice``)."""
+        # The hot path: plain ints, slices and None go straight to NumPy, which both
+        # validates and slices; everything else goes through the full parser.
+        if type(index) is tuple:
+            for item in index:
+                if type(item) not in _PLAIN_INDEX:
+                    return self.slice(index)
+        elif type(index) not in _PLAIN_INDEX:
+            return self.slice(index)
+        try:
+            view = self._array[index]
+        except Exception:
+            return self.slice(index)
+        # A NumPy scalar means all ints were given (we want a rank-0 view instead).
+        if type(view) is not _ndarray or view.ndim > 32:  # 32 == MAX_RANK, inlined: hot path
+            return self.slice(index)
+        result = _new(Tensor)
+        _set_array(result, view)
+        return result
+
+    def slice(self, index: object) -> Tensor:
+        """``t[index]``: ints (negative allowed), slices with any step, ``None`` and one
+        ``...``; a lone index or a tuple. All-int indices give a rank-0 view. Anything
+        else (bools, lists, arrays), out-of-range ints and zero steps are IndexingError.
+        """
+        return self._wrap(_indexing.apply(self._array, _indexing.normalize(index)))
+
+    def transpose(self, axes: Iterable[SupportsIndex] | None = None) -> Tensor:
+        """A view with the axes permuted (``None`` reverses them)."""
+        if axes is None:
+            result = _new(Tensor)
+            _set_array(result, self._array.transpose())
+            return result
+        order = _axes_permutation(axes, self._array.ndim)
+        return self._wrap(self._array.transpose(order))
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 - the array API's name
+        """A view with the last two axes swapped (ShapeError below rank 2)."""
+        if self._array.ndim < 2:
+            raise ShapeError(f"mT: needs rank 2 or more, found rank {self.ndim}")
+        return self._wrap(self._array.swapaxes(-1, -2))
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
+        """All axes reversed, as ``transpose()``."""
+        return self._wrap(self._array.transpose())
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same elements in a new shape; at most one ``-1`` is inferred.
+
+        A view when the tensor is contiguous; otherwise a new contiguous tensor in
+        row-major order. Accepts ``t.reshape(2, 3)`` and ``t.reshape((2, 3))``.
+        """
+        dims = shape[0] if len(shape) == 1 and type(shape[0]) in (tuple, list, Shape) else shape
+        array = self._array
+        if type(dims) is tuple and len(dims) <= MAX_RANK and array.size:
+            for dim in dims:
+                if type(dim) is not int:
+                    break
+            else:
+                # Hot path: with no zero dims the element count is the (already checked)
+                # numel, so NumPy's own count check is all the validation needed.
+                if array.flags.c_contiguous:
+                    try:
+                        view = array.reshape(dims)
+                    except ValueError:
+                        pass  # fall through for our own error message
+                    else:
+                        result = _new(Tensor)
+                        _set_array(result, view)
+                        return result
+        target = self.shape.reshape(dims)
+        check_dims(target, "reshape")
+        if array.flags.c_contiguous:
+            return self._wrap(array.reshape(target))
+        return self._adopt(array.reshape(target), self._dtype)
+
+    def broadcast_to(self, shape: Iterable[SupportsIndex]) -> Tensor:
+        """A new contiguous tensor of ``shape`` by NumPy's broadcasting rule."""
+        dims = check_dims(shape, "broadcast_to")
+        source = self._array.shape
+        fits = len(dims) >= len(source) and all(
+            have in (1, want) for have, want in zip(source[::-1], dims[::-1], strict=False)
+        )
+        if not fits:
+            raise ShapeError(f"broadcast_to: shape {self.shape} cannot broadcast to {list(dims)}")
+        return self._adopt(np.broadcast_to(self._array, dims).copy(), self._dtype)
+
+    def contiguous(self) -> Tensor:
+        """``self`` when already C-contiguous, else a contiguous copy."""
+        if self._array.flags.c_contiguous:
+            return self
+        return self._adopt(self._array.copy(), self._dtype)
+
+    def shares_storage(self, other: object) -> bool:
+        """True when both tensors are views of the same storage buffer."""
+        return isinstance(other, Tensor) and other._storage is self._storage
+
+    # -- immutability and protocols ----------------------------------------------------
+
+    def __setitem__(self, index: object, value: object) -> NoReturn:
+        raise TypeError(_SETITEM_HINT)
+
+    def __delitem__(self, index: object) -> NoReturn:
+        raise TypeError(_SETITEM_HINT)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"Tensor is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"Tensor is immutable; cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle through the validating constructor, as the logical row-major bytes.
+        return (_unpickle, (self._dtype.name, tuple(self._array.shape), self.to_le_bytes()))
+
+    def __copy__(self) -> Tensor:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        return self
+
+    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        """Structural equality: same dtype, same shape, equal elements (every NaN equal)."""
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return _structurally_equal(self, other)
+
+    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return not _structurally_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_new = object.__new__
+_set_array = Tensor._array.__set__  # type: ignore[attr-defined]
+_DTYPE_OF = {dtype.numpy: dtype for dtype in DType}
+_PLAIN_INDEX = frozenset({int, slice, type(None)})
+_ndarray = np.ndarray
+
+
+def _unpickle(dtype: str, shape: tuple[int, ...], data: bytes) -> Tensor:
+    return Tensor.from_le_bytes(DType.parse(dtype), shape, data)
+
+
+def _scalar_at(value: Any, dtype: DType) -> Scalar:
+    if dtype.is_float:
+        return Scalar._trusted(dtype, float(value))
+    if dtype is DType.BOOL:
+        return Scalar._trusted(dtype, bool(value))
+    return Scalar._trusted(dtype, int(value))
+
+
+def _axes_permutation(axes: Iterable[SupportsIndex], ndim: int) -> tuple[int, ...]:
+    if isinstance(axes, (str, bytes)) or not isinstance(axes, Iterable):
+        raise ShapeError(f"transpose: axes must be a sequence of ints, found {type(axes).__name__}")
+    order = tuple(normalize_axis(axis, ndim, "transpose") for axis in axes)
+    if len(order) != ndim or len(set(order)) != ndim:
+        raise ShapeError(f"transpose: axes {list(order)} are not a permutation of {ndim} axes")
+    return order
+
+
+def normalize_axis(axis: object, ndim: int, what: str) -> int:
+    """``axis`` as a non-negative int below ``ndim`` (negatives count from the end)."""
+    if isinstance(axis, (bool, np.bool_)):
+        raise IndexingError(f"{what}: axis must be an int, found bool")
+    try:
+        value = operator.index(axis)  # type: ignore[arg-type]
+    except TypeError:
+        raise IndexingError(f"{what}: axis must be an int, found {type(axis).__name__}") from None
+    if not -ndim <= value < ndim:
+        raise IndexingError(f"{what}: axis {value} is out of range for rank {ndim}")
+    return value % ndim if ndim else value
+
+
+def _structurally_equal(a: Tensor, b: Tensor) -> bool:
+    if a._dtype is not b._dtype or a._array.shape != b._array.shape:
+        return False
+    if a._storage is b._storage and a._array.strides == b._array.strides and a.offset == b.offset:
+        return True
+    left, right = a._array, b._array
+    if not a._dtype.is_float:
+        return bool(np.array_equal(left, right))
+    bits = np.dtype(f"<u{left.itemsize}")
+    same_bits = left.view(bits) == right.view(bits)
+    both_nan = np.isnan(left) & np.isnan(right)
+    return bool(np.all(same_bits | both_nan))
+
+
+def tensor(values: object, dtype: DType | str) -> Tensor:
+    """A tensor from nested Python lists (like ``numpy.array``), converted exactly.
+
+    Each leaf is converted as ``Scalar(dtype, leaf)``: Python numbers, strings (parsed
+    exactly) or Scalars of ``dtype``. Ragged nesting is ShapeError; nesting deeper than
+    MAX_RANK is LimitError.
+    """
+    dt = _as_dtype(dtype)
+    if isinstance(values, Tensor):
+        if values.dtype is not dt:
+            raise DTypeError(f"tensor: a {values.dtype.name} tensor is not {dt.name}; use convert")
+        return values
+    if isinstance(values, np.ndarray):
+        return Tensor.from_numpy(values, dt)
+    dims, leaves = nested_shape(values)
+    return Tensor.from_scalars(dt, dims, leaves)
+

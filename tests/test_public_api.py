@@ -1,0 +1,31 @@
+"""The top-level names the contract promises, and nothing private leaking into __all__."""
+
+from __future__ import annotations
+
+import strided as st
+
+PROMISED = """
+DataError ShapeError LimitError DTypeError IndexingError RangeError DivisionError
+FormatError DType Scalar Shape Tensor BinaryOp TensorInspectionOptions TensorInspection
+MAX_RANK MAX_ELEMENTS MAX_INSPECTION_SAMPLES tensor load_safetensors open_safetensors
+save_safetensors open_gguf load_npy save_npy
+""".split()
+
+
+def test_every_promised_name_is_exported() -> None:
+    missing = [name for name in PROMISED if name not in st.__all__]
+    assert not missing
+
+
+def test_all_is_sorted_unique_and_importable() -> None:
+    assert len(set(st.__all__)) == len(st.__all__)
+    for name in st.__all__:
+        assert hasattr(st, name), name
+    assert not [name for name in st.__all__ if name.startswith("_") and name != "__version__"]
+
+
+def test_public_names_have_docstrings() -> None:
+    for name in st.__all__:
+        value = getattr(st, name)
+        if callable(value) and not isinstance(value, type(st.DType.I8)):
+            assert (value.__doc__ or "").strip(), name
