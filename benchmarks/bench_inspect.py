@@ -1,0 +1,76 @@
+"""inspect(max_samples=1024): the time must not grow with the tensor's size or layout.
+
+The NumPy reference computes the same statistics over the same 1024 gathered samples
+(so the ratio is strided's overhead: building the Scalars and the result); the
+"numpy full scan" reference is what reading everything would cost instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+import strided as st
+
+from ._harness import Row
+
+
+def _numpy_sample_stats(array: np.ndarray, positions: np.ndarray) -> Callable[[], object]:
+    def run() -> object:
+        values = array.flat[positions].astype(np.float64)
+        nan = np.isnan(values)
+        real = values[~nan]
+        return (
+            real.min(),
+            real.max(),
+            nan.sum(),
+            np.isinf(real).sum(),
+            (real == 0).sum(),
+            real.mean(),
+        )
+
+    return run
+
+
+def _numpy_full_scan(array: np.ndarray) -> Callable[[], object]:
+    return lambda: (np.nanmin(array), np.nanmax(array), np.count_nonzero(array == 0))
+
+
+def _tensor(numel: int) -> tuple[st.Tensor, np.ndarray]:
+    # np.zeros maps lazily zeroed pages, so a 256 MiB tensor costs memory only where read;
+    # the read-only memoryview makes strided share it without copying.
+    array = np.zeros(numel, dtype=np.float32)
+    side = int(numel**0.5)
+    tensor = st.Tensor.from_le_bytes("F32", (side, side), memoryview(array).toreadonly())
+    return tensor, array.reshape(side, side)
+
+
+def rows() -> Iterator[Row]:
+    for label, numel in (("1M", 1 << 20), ("64M", 1 << 26)):
+        tensor, array = _tensor(numel)
+        for strategy in ("head", "spread"):
+            options = st.TensorInspectionOptions(1024, strategy)
+            count = 1024
+            positions = (
+                np.arange(count) if strategy == "head" else np.arange(count) * numel // count
+            )
+            references = {"numpy same samples": _numpy_sample_stats(array, positions)}
+            if strategy == "spread":
+                references["numpy full scan"] = _numpy_full_scan(array)
+            yield Row(
+                f"inspect(1024, {strategy}) {label} F32",
+                lambda tensor=tensor, options=options: tensor.inspect(options),
+                references,
+            )
+        view = tensor.transpose()[::-1]
+        options = st.TensorInspectionOptions(1024, "spread")
+        yield Row(
+            f"inspect(1024, spread) {label} F32 transposed+reversed",
+            lambda view=view, options=options: view.inspect(options),
+            {
+                "numpy same samples": _numpy_sample_stats(
+                    array.T[::-1], np.arange(1024) * numel // 1024
+                )
+            },
+        )

@@ -1,0 +1,225 @@
+"""Inspection: a bounded summary of a tensor that never copies or materializes its storage.
+
+``inspect`` reads at most ``k = min(max_samples, MAX_INSPECTION_SAMPLES, numel)``
+logical elements. Flat row-major positions are chosen by the strategy and gathered
+through the view's own shape and strides with NumPy's flat iterator (``a.flat[idx]``),
+which visits only the requested elements: the cost is O(k) in time and memory whatever
+the tensor's size, layout or storage (a memory-mapped file stays unread but for the
+sampled elements).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from ._dtype import DType
+from ._errors import DTypeError, FormatError
+from ._limits import MAX_INSPECTION_SAMPLES, to_dim
+from ._scalar import Scalar
+from ._shape import Shape
+
+if TYPE_CHECKING:
+    from ._tensor import Tensor
+
+__all__ = ["InspectMethods", "TensorInspection", "TensorInspectionOptions"]
+
+STRATEGIES = ("head", "spread")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInspectionOptions:
+    """How ``Tensor.inspect`` samples: ``max_samples`` elements chosen by ``strategy``.
+
+    ``strategy`` is ``"head"`` (the first elements in logical row-major order) or
+    ``"spread"`` (``k`` evenly spaced logical positions ``i * numel // k``). At most
+    MAX_INSPECTION_SAMPLES (65536) elements are read whatever ``max_samples`` says.
+
+    Validated on construction, so an invalid options object cannot exist:
+    ``max_samples`` must be a non-negative int (``bool``, floats and negatives are
+    ShapeError, as for dims); an unknown or non-string strategy is FormatError.
+    """
+
+    max_samples: int = 1024
+    strategy: str = "head"
+
+    def __post_init__(self) -> None:
+        count = to_dim(self.max_samples, "TensorInspectionOptions.max_samples")
+        object.__setattr__(self, "max_samples", count)
+        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
+            raise FormatError(
+                f"TensorInspectionOptions.strategy must be 'head' or 'spread', "
+                f"found {self.strategy!r}"[:160]
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInspection:
+    """The result of ``Tensor.inspect``: layout facts, the samples, and statistics over them.
+
+    ``samples`` is a tuple of ``(flat_index, Scalar)`` in increasing logical row-major
+    order; ``sampled`` is their count and ``complete`` says every element was read.
+    The statistics cover the samples only. ``min`` / ``max`` ignore NaN and are None
+    when no non-NaN sample exists; between zeros of both signs ``min`` is ``-0.0`` and
+    ``max`` is ``0.0`` (IEEE 754-2019 minimum / maximum). ``nan_count`` and
+    ``inf_count`` are 0 for non-float dtypes; ``zero_count`` counts ``false`` for BOOL
+    and both zeros for floats. ``mean`` is the F64 mean of the non-NaN samples (BOOL as
+    0 / 1; integer sums exact, float sums correctly rounded before the division; NaN
+    when they hold both infinities), None when there is none.
+    """
+
+    dtype: DType
+    shape: Shape
+    strides: tuple[int, ...]
+    numel: int
+    byte_len: int
+    storage_byte_len: int
+    is_contiguous: bool
+    samples: tuple[tuple[int, Scalar], ...]
+    sampled: int
+    complete: bool
+    min: Scalar | None
+    max: Scalar | None
+    nan_count: int
+    inf_count: int
+    zero_count: int
+    mean: float | None
+
+
+class InspectMethods:
+    """Mixin of Tensor: ``inspect``."""
+
+    __slots__ = ()
+
+    def inspect(self, options: TensorInspectionOptions | None = None) -> TensorInspection:
+        """A bounded summary: layout facts plus statistics over a few sampled elements.
+
+        Reads at most ``min(options.max_samples, MAX_INSPECTION_SAMPLES, numel)``
+        elements in logical row-major order through shape and strides, never copying
+        or materializing the storage (views, memory-mapped files and huge tensors cost
+        the same). ``options`` defaults to ``TensorInspectionOptions()`` (1024 samples,
+        ``"head"``); anything other than options or None is DTypeError.
+        """
+        if options is None:
+            options = _DEFAULT
+        elif not isinstance(options, TensorInspectionOptions):
+            raise DTypeError(
+                f"inspect: options must be TensorInspectionOptions or None, "
+                f"found {type(options).__name__}"
+            )
+        return _inspect(cast("Tensor", self), options)
+
+
+_DEFAULT = TensorInspectionOptions()
+
+
+def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspection:
+    array = tensor._array
+    dtype = tensor._dtype
+    numel = array.size
+    count = min(options.max_samples, MAX_INSPECTION_SAMPLES, numel)
+    positions = _positions(options.strategy, count, numel)
+    # a.flat[idx] walks shape and strides to just these elements: O(count), no copy.
+    values = array.flat[positions]
+    stats = _statistics(values, dtype)
+    exact = _exact_values(values, dtype)
+    scalars = map(Scalar._trusted, repeat(dtype), exact)
+    samples = tuple(zip(positions.tolist(), scalars, strict=True))
+    return TensorInspection(
+        dtype=dtype,
+        shape=tensor.shape,
+        strides=tensor.strides,
+        numel=numel,
+        byte_len=tensor.byte_len,
+        storage_byte_len=tensor.storage_byte_len,
+        is_contiguous=tensor.is_contiguous,
+        samples=samples,
+        sampled=count,
+        complete=count == numel,
+        **stats,
+    )
+
+
+def _positions(strategy: str, count: int, numel: int) -> np.ndarray:
+    """Flat logical indices to read, increasing."""
+    steps = np.arange(count, dtype=np.int64)
+    if strategy == "head" or count == 0:
+        return steps
+    # numel <= MAX_ELEMENTS (2**34) and count <= 2**16, so the product fits in int64.
+    return steps * numel // count
+
+
+def _exact_values(values: np.ndarray, dtype: DType) -> list[Any]:
+    if dtype.is_float and values.dtype.itemsize < 4 and dtype is not DType.F16:
+        exact: list[Any] = values.astype(np.float32).tolist()  # ml_dtypes: widening is exact
+        return exact
+    found: list[Any] = values.tolist()
+    return found
+
+
+def _statistics(values: np.ndarray, dtype: DType) -> dict[str, Any]:
+    if dtype.is_float:
+        return _float_statistics(values.astype(np.float64), dtype)
+    if values.size == 0:
+        extremes: tuple[Scalar | None, Scalar | None] = (None, None)
+        mean = None
+    else:
+        low, high = values.min(), values.max()
+        extremes = (Scalar._trusted(dtype, low), Scalar._trusted(dtype, high))
+        # Python ints: an I64/U64 sum of 65536 samples can exceed 64 bits, and int / int
+        # is correctly rounded.
+        mean = sum(values.astype(np.uint8).tolist() if dtype is DType.BOOL else values.tolist())
+        mean = mean / values.size
+    return {
+        "min": extremes[0],
+        "max": extremes[1],
+        "nan_count": 0,
+        "inf_count": 0,
+        "zero_count": int(np.count_nonzero(values == 0)),
+        "mean": mean,
+    }
+
+
+def _float_statistics(values: np.ndarray, dtype: DType) -> dict[str, Any]:
+    nan = np.isnan(values)
+    real = values[~nan]  # every sample but NaN, infinities included
+    stats: dict[str, Any] = {
+        "min": None,
+        "max": None,
+        "nan_count": int(np.count_nonzero(nan)),
+        "inf_count": int(np.count_nonzero(np.isinf(real))),
+        "zero_count": int(np.count_nonzero(real == 0)),
+        "mean": None,
+    }
+    if real.size:
+        low, high = float(real.min()), float(real.max())
+        if low == 0.0:  # NumPy may return either zero; prefer -0.0 when present
+            low = -0.0 if np.signbit(real[real == 0]).any() else 0.0
+        if high == 0.0:
+            high = 0.0 if not np.signbit(real[real == 0]).all() else -0.0
+        stats["min"] = Scalar._trusted(dtype, low)
+        stats["max"] = Scalar._trusted(dtype, high)
+        stats["mean"] = _float_mean(real)
+    return stats
+
+
+def _float_mean(real: np.ndarray) -> float:
+    """The mean of non-NaN float64 values: a correctly rounded sum, divided once."""
+    positive = bool(np.any(real == math.inf))
+    negative = bool(np.any(real == -math.inf))
+    if positive and negative:
+        return math.nan
+    if positive or negative:
+        return math.inf if positive else -math.inf
+    finite = real.tolist()
+    try:
+        return math.fsum(finite) / len(finite)
+    except OverflowError:
+        # A partial sum passed the F64 range; scaling by 2**-17 is exact for all but
+        # subnormal-sized values and keeps any sum of 65536 samples finite.
+        scaled = math.fsum(value * 2.0**-17 for value in finite)
+        return scaled / len(finite) * 2.0**17
