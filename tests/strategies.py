@@ -13,7 +13,9 @@ ALL_DTYPES = list(st.DType)
 COMPUTE_DTYPES = [d for d in st.DType if not d.is_storage_only]
 
 
-def shapes(min_rank: int = 0, max_rank: int = 4, max_dim: int = 5) -> hs.SearchStrategy[tuple[int, ...]]:
+def shapes(
+    min_rank: int = 0, max_rank: int = 4, max_dim: int = 5
+) -> hs.SearchStrategy[tuple[int, ...]]:
     """Shapes of rank ``min_rank..max_rank`` with dims ``0..max_dim``."""
     return hs.lists(hs.integers(0, max_dim), min_size=min_rank, max_size=max_rank).map(tuple)
 

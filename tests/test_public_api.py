@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import strided as st
 
-PROMISED = """
-DataError ShapeError LimitError DTypeError IndexingError RangeError DivisionError
-FormatError DType Scalar Shape Tensor BinaryOp TensorInspectionOptions TensorInspection
-MAX_RANK MAX_ELEMENTS MAX_INSPECTION_SAMPLES tensor load_safetensors open_safetensors
-save_safetensors open_gguf load_npy save_npy
-""".split()
+PROMISED = [
+    "DataError",
+    "ShapeError",
+    "LimitError",
+    "DTypeError",
+    "IndexingError",
+    "RangeError",
+    "DivisionError",
+    "FormatError",
+    "DType",
+    "Scalar",
+    "Shape",
+    "Tensor",
+    "BinaryOp",
+    "TensorInspectionOptions",
+    "TensorInspection",
+    "MAX_RANK",
+    "MAX_ELEMENTS",
+    "MAX_INSPECTION_SAMPLES",
+    "tensor",
+    "load_safetensors",
+    "open_safetensors",
+    "save_safetensors",
+    "open_gguf",
+    "load_npy",
+    "save_npy",
+]
 
 
 def test_every_promised_name_is_exported() -> None:

@@ -32,7 +32,9 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @given(dtypes(), shapes(), hs.data())
-def test_from_le_bytes_round_trips(dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject) -> None:
+def test_from_le_bytes_round_trips(
+    dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject
+) -> None:
     array = data.draw(arrays(dtype, dims))
     raw = array.tobytes()
     t = st.Tensor.from_le_bytes(dtype, dims, raw)
@@ -109,7 +111,9 @@ def test_bool_error_names_the_offending_byte() -> None:
 
 
 @given(dtypes(), shapes(max_rank=3), hs.data())
-def test_from_scalars_matches_bytes(dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject) -> None:
+def test_from_scalars_matches_bytes(
+    dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject
+) -> None:
     array = data.draw(arrays(dtype, dims))
     values = st.Tensor.from_le_bytes(dtype, dims, array.tobytes()).to_scalars()
     t = st.Tensor.from_scalars(dtype, dims, values)
@@ -140,7 +144,9 @@ def test_from_scalars_converts_exactly() -> None:
         (F32, [1], [1e39], st.RangeError),
     ],
 )
-def test_from_scalars_errors(dtype: st.DType, shape: Any, values: Any, error: type[Exception]) -> None:
+def test_from_scalars_errors(
+    dtype: st.DType, shape: Any, values: Any, error: type[Exception]
+) -> None:
     with pytest.raises(error):
         st.Tensor.from_scalars(dtype, shape, values)
 
@@ -313,7 +319,9 @@ def test_tolist_gives_exact_python_values() -> None:
 
 
 @given(dtypes(), shapes(), hs.data())
-def test_basic_indexing_matches_numpy(dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject) -> None:
+def test_basic_indexing_matches_numpy(
+    dtype: st.DType, dims: tuple[int, ...], data: hs.DataObject
+) -> None:
     array = data.draw(arrays(dtype, dims))
     index = data.draw(basic_indices(dims))
     t = st.Tensor.from_numpy(array)
@@ -332,7 +340,9 @@ def test_basic_indexing_matches_numpy(dtype: st.DType, dims: tuple[int, ...], da
 
 
 @given(shapes(min_rank=1), hs.data())
-def test_view_offset_and_strides_address_storage(dims: tuple[int, ...], data: hs.DataObject) -> None:
+def test_view_offset_and_strides_address_storage(
+    dims: tuple[int, ...], data: hs.DataObject
+) -> None:
     count = int(np.prod(dims))
     t = st.Tensor.from_numpy(np.arange(count, dtype=np.int64).reshape(dims))
     view = t[data.draw(basic_indices(dims))]
@@ -423,7 +433,14 @@ def test_transpose_matches_numpy(dims: tuple[int, ...], data: hs.DataObject) -> 
 
 @pytest.mark.parametrize(
     ("axes", "error"),
-    [((0, 0), st.ShapeError), ((0,), st.ShapeError), ((0, 2), st.IndexingError), ((0, -3), st.IndexingError), ((0, 1.0), st.IndexingError), (5, st.ShapeError)],
+    [
+        ((0, 0), st.ShapeError),
+        ((0,), st.ShapeError),
+        ((0, 2), st.IndexingError),
+        ((0, -3), st.IndexingError),
+        ((0, 1.0), st.IndexingError),
+        (5, st.ShapeError),
+    ],
 )
 def test_transpose_errors(axes: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
@@ -432,7 +449,7 @@ def test_transpose_errors(axes: Any, error: type[Exception]) -> None:
 
 def test_mT_needs_rank_2() -> None:
     with pytest.raises(st.ShapeError):
-        st.Tensor.zeros(F32, (3,)).mT
+        _ = st.Tensor.zeros(F32, (3,)).mT
 
 
 @given(shapes(), hs.data())

@@ -25,7 +25,9 @@ __all__ = ["nested_shape", "python_values", "storage_from_bytes", "storage_from_
 def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.ndarray:
     """A flat array over ``data``: shared when the buffer is immutable, copied otherwise."""
     if isinstance(data, (str, int, float)) or data is None:
-        raise FormatError(f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}")
+        raise FormatError(
+            f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}"
+        )
     try:
         view = memoryview(data)  # type: ignore[arg-type]
     except TypeError:
@@ -63,20 +65,26 @@ def _is_writable_mmap(data: object) -> bool:
     return isinstance(data, mmap.mmap) and not memoryview(data).readonly
 
 
-def storage_from_values(dtype: DType, dims: tuple[int, ...], values: Iterable[object]) -> np.ndarray:
+def storage_from_values(
+    dtype: DType, dims: tuple[int, ...], values: Iterable[object]
+) -> np.ndarray:
     """A flat array of ``values`` converted exactly (as ``Scalar(dtype, v)``)."""
     numel = 1
     for dim in dims:
         numel *= dim
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise FormatError(f"from_scalars: values must be an iterable, found {type(values).__name__}")
+        raise FormatError(
+            f"from_scalars: values must be an iterable, found {type(values).__name__}"
+        )
     # Take at most numel + 1 items, so an endless or huge iterable cannot exhaust memory.
     taken = list(islice(values, numel + 1))
     if len(taken) != numel:
         found = f"more than {numel}" if len(taken) > numel else str(len(taken))
         raise ShapeError(f"from_scalars: shape {list(dims)} needs {numel} values, found {found}")
     exact = [Scalar(dtype, value).value for value in taken]
-    return np.array(exact, dtype=dtype.numpy if dtype.is_integer or dtype is DType.BOOL else np.float64).astype(dtype.numpy, copy=False)
+    return np.array(
+        exact, dtype=dtype.numpy if dtype.is_integer or dtype is DType.BOOL else np.float64
+    ).astype(dtype.numpy, copy=False)
 
 
 def python_values(array: np.ndarray, dtype: DType) -> Any:
@@ -98,7 +106,9 @@ def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:
             raise ShapeError(f"tensor: ragged nesting at depth {len(dims)}")
         lengths = {len(item) for item in level}  # type: ignore[arg-type]
         if len(lengths) != 1:
-            raise ShapeError(f"tensor: ragged nesting at depth {len(dims)}: lengths {sorted(lengths)[:4]}")
+            raise ShapeError(
+                f"tensor: ragged nesting at depth {len(dims)}: lengths {sorted(lengths)[:4]}"
+            )
         if len(dims) >= MAX_RANK:
             raise LimitError(f"tensor: nesting deeper than MAX_RANK ({MAX_RANK})")
         dims.append(lengths.pop())

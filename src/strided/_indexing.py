@@ -49,7 +49,9 @@ def _normalize_slow(items: tuple[object, ...]) -> tuple[Any, ...]:
         if isinstance(item, _PLAIN) and not isinstance(item, bool):
             result.append(item)
         elif isinstance(item, (bool, np.bool_)):
-            raise IndexingError(f"index: bools are not indices (found {item!r}); use ints or slices")
+            raise IndexingError(
+                f"index: bools are not indices (found {item!r}); use ints or slices"
+            )
         elif isinstance(item, (list, tuple, np.ndarray, str, bytes, dict, set)):
             raise IndexingError(
                 f"index: only ints, slices, None and ... are supported, found {type(item).__name__}"

@@ -85,7 +85,9 @@ class Shape(tuple[int, ...]):
     def reshape(self, dims: Iterable[SupportsIndex]) -> Shape:
         """The shape ``dims`` with at most one ``-1`` inferred; element counts must match."""
         if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
-            raise ShapeError(f"reshape: shape must be a sequence of ints, found {type(dims).__name__}")
+            raise ShapeError(
+                f"reshape: shape must be a sequence of ints, found {type(dims).__name__}"
+            )
         raw = list(dims)
         wanted: list[int] = []
         infer_at = -1
@@ -103,9 +105,7 @@ class Shape(tuple[int, ...]):
         total = self.numel
         if infer_at >= 0:
             if known == 0 or total % known:
-                raise ShapeError(
-                    f"reshape: {total} elements cannot become shape {_text(raw)}"
-                )
+                raise ShapeError(f"reshape: {total} elements cannot become shape {_text(raw)}")
             wanted[infer_at] = total // known
         elif known != total:
             raise ShapeError(
@@ -153,7 +153,9 @@ class Shape(tuple[int, ...]):
             zip(indices, self, self.strides(order), strict=True)
         ):
             if not 0 <= index < dim:
-                raise IndexingError(f"ravel: index {index} out of range for axis {axis} of size {dim}")
+                raise IndexingError(
+                    f"ravel: index {index} out of range for axis {axis} of size {dim}"
+                )
             flat += index * stride
         return flat
 

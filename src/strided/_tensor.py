@@ -107,7 +107,9 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     # -- construction --------------------------------------------------------------
 
     @classmethod
-    def from_le_bytes(cls, dtype: DType | str, shape: Iterable[SupportsIndex], data: object) -> Tensor:
+    def from_le_bytes(
+        cls, dtype: DType | str, shape: Iterable[SupportsIndex], data: object
+    ) -> Tensor:
         """A tensor over packed little-endian bytes (``len(data) == numel * itemsize``).
 
         Immutable buffers (``bytes``, read-only ``memoryview``, read-only ``mmap``) are
@@ -120,7 +122,9 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         return cls._wrap(storage.reshape(dims))
 
     @classmethod
-    def from_scalars(cls, dtype: DType | str, shape: Iterable[SupportsIndex], values: Iterable[object]) -> Tensor:
+    def from_scalars(
+        cls, dtype: DType | str, shape: Iterable[SupportsIndex], values: Iterable[object]
+    ) -> Tensor:
         """A tensor of ``values`` (flat, row-major), each converted exactly as ``Scalar(dtype, v)``.
 
         The count must equal the shape's element count (ShapeError otherwise).
@@ -317,14 +321,14 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         return self._wrap(self._array.transpose(order))
 
     @property
-    def mT(self) -> Tensor:  # noqa: N802 - the array API's name
+    def mT(self) -> Tensor:
         """A view with the last two axes swapped (ShapeError below rank 2)."""
         if self._array.ndim < 2:
             raise ShapeError(f"mT: needs rank 2 or more, found rank {self.ndim}")
         return self._wrap(self._array.swapaxes(-1, -2))
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
+    def T(self) -> Tensor:
         """All axes reversed, as ``transpose()``."""
         return self._wrap(self._array.transpose())
 
@@ -488,4 +492,3 @@ def tensor(values: object, dtype: DType | str) -> Tensor:
         return Tensor.from_numpy(values, dt)
     dims, leaves = nested_shape(values)
     return Tensor.from_scalars(dt, dims, leaves)
-

@@ -1,0 +1,346 @@
+"""The ``strided`` command line: inspect, verify and convert tensor files.
+
+Exit status: 0 on success, 1 on bad input (one line on stderr naming the file and the
+problem, never a traceback), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ._dtype import DType
+from ._errors import DataError
+from ._limits import MAX_INSPECTION_SAMPLES
+from ._sources import Entry, Source, open_source
+from ._tensor import Tensor
+
+__all__ = ["main"]
+
+
+class _Failure(Exception):
+    """A problem with one file: printed as one line, exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (also used by ``python -m strided``)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_usage(sys.stderr)
+        print(
+            "strided: error: a sub-command is required (inspect, verify, convert)", file=sys.stderr
+        )
+        return 2
+    try:
+        return int(args.run(args))
+    except _Failure as failure:
+        print(f"strided: {failure}", file=sys.stderr)
+        return 1
+    except (DataError, OSError, UnicodeError) as error:
+        print(f"strided: {args.path}: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("strided: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="strided", description="Inspect, verify and convert tensor files."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,convert}")
+
+    inspect = commands.add_parser("inspect", help="list the tensors of a file, with samples")
+    inspect.add_argument("path", help="safetensors, shard directory, index, GGUF, .npy or .json")
+    inspect.add_argument("--name", default="*", help="only tensors whose name matches this glob")
+    inspect.add_argument("--samples", type=_samples, default=1024, help="samples per tensor")
+    inspect.add_argument("--strategy", choices=("head", "spread"), default="head")
+    inspect.add_argument(
+        "--group", action="store_true", help="fold names differing in layer numbers"
+    )
+    inspect.add_argument("--json", action="store_true", help="print one JSON document")
+    inspect.set_defaults(run=_inspect)
+
+    verify = commands.add_parser("verify", help="validate a file and scan every element")
+    verify.add_argument("path")
+    verify.set_defaults(run=_verify)
+
+    convert = commands.add_parser("convert", help="convert between safetensors, .npy and .json")
+    convert.add_argument("path", metavar="SRC")
+    convert.add_argument("dst", metavar="DST")
+    convert.add_argument("--dtype", type=_dtype, default=None, help="convert values exactly")
+    convert.set_defaults(run=_convert)
+    return parser
+
+
+def _samples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_INSPECTION_SAMPLES:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_INSPECTION_SAMPLES}")
+    return value
+
+
+def _dtype(text: str) -> DType:
+    try:
+        return DType.parse(text)
+    except DataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+    return " ".join(text.split())
+
+
+# -- inspect ------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ._inspect import TensorInspectionOptions
+
+    source = open_source(args.path)
+    options = TensorInspectionOptions(max_samples=args.samples, strategy=args.strategy)
+    rows = []
+    for entry in source:
+        if not fnmatch.fnmatchcase(entry.name, args.name):
+            continue
+        rows.append(_summarize(source, entry, options))
+    if args.group:
+        rows = _group(rows)
+    totals = {
+        "tensors": sum(row["count"] for row in rows),
+        "parameters": sum(row["numel"] for row in rows),
+        "bytes": sum(row["bytes"] for row in rows),
+    }
+    document = {
+        "path": args.path,
+        "format": source.format,
+        "metadata": source.metadata,
+        "tensors": rows,
+        "totals": totals,
+    }
+    if args.json:
+        print(json.dumps(document, indent=1, default=str))
+    else:
+        _print_table(document)
+    return 0
+
+
+def _summarize(source: Source, entry: Entry, options: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": entry.name,
+        "dtype": entry.dtype,
+        "shape": list(entry.shape),
+        "numel": entry.shape.numel,
+        "bytes": entry.byte_len,
+        "count": 1,
+    }
+    if not entry.readable:
+        return row
+    found = source.tensor(entry.name).inspect(options)
+    row.update(
+        sampled=found.sampled,
+        min=None if found.min is None else str(found.min),
+        max=None if found.max is None else str(found.max),
+        mean=found.mean,
+        nan=found.nan_count,
+        inf=found.inf_count,
+        zeros=found.zero_count,
+    )
+    return row
+
+
+_LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)|(?<=_)\d+(?=\.)")
+
+
+def _group(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold rows whose names differ only in layer numbers (``layers.#.mlp.weight  ×6``)."""
+    groups: dict[tuple[str, str, tuple[int, ...]], dict[str, Any]] = {}
+    for row in rows:
+        key = (_LAYER_NUMBER.sub("#", row["name"]), row["dtype"], tuple(row["shape"]))
+        if key not in groups:
+            groups[key] = dict(row, name=key[0], count=0, numel=0, bytes=0)
+            for stat in ("sampled", "nan", "inf", "zeros"):
+                if stat in row:
+                    groups[key][stat] = 0
+            groups[key]["mean"] = None
+        group = groups[key]
+        group["count"] += 1
+        group["numel"] += row["numel"]
+        group["bytes"] += row["bytes"]
+        for stat in ("sampled", "nan", "inf", "zeros"):
+            if stat in row:
+                group[stat] += row[stat]
+        group["min"] = _extreme(group.get("min"), row.get("min"), min)
+        group["max"] = _extreme(group.get("max"), row.get("max"), max)
+    return list(groups.values())
+
+
+def _extreme(a: str | None, b: str | None, pick: Any) -> str | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a if pick(float(a), float(b)) == float(a) else b
+
+
+def _print_table(document: dict[str, Any]) -> None:
+    header = ("name", "dtype", "shape", "bytes", "min", "max", "mean", "nan", "inf")
+    lines = [header]
+    for row in document["tensors"]:
+        name = row["name"] + (f"  ×{row['count']}" if row["count"] > 1 else "")
+        mean = row.get("mean")
+        lines.append(
+            (
+                name,
+                row["dtype"],
+                "[" + ", ".join(str(d) for d in row["shape"]) + "]",
+                _bytes(row["bytes"]),
+                _text(row.get("min")),
+                _text(row.get("max")),
+                "-" if mean is None else f"{mean:.6g}",
+                _text(row.get("nan")),
+                _text(row.get("inf")),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print(f"{document['path']} ({document['format']})")
+    for key, value in document["metadata"].items():
+        print(f"  {key}: {_short(value)}")
+    for line in lines:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    totals = document["totals"]
+    print(
+        f"{totals['tensors']} tensors, {totals['parameters']:,} parameters, "
+        f"{_bytes(totals['bytes'])}"
+    )
+
+
+def _text(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+# -- verify -------------------------------------------------------------------------------
+
+
+_CHUNK = 1 << 22  # elements per scan step: bounded memory for NaN/inf checks
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from ._progress import Progress
+
+    source = open_source(args.path)
+    total = sum(entry.byte_len for entry in source)
+    problems = []
+    progress = Progress(total, "verify")
+    done = 0
+    for entry in source:
+        tensor = source.tensor(entry.name)
+        nan, inf = _scan(tensor, lambda scanned, base=done: progress.update(base + scanned))
+        done += entry.byte_len
+        progress.update(done)
+        if nan or inf:
+            problems.append(f"{entry.name}: {nan} NaN, {inf} inf")
+    progress.close()
+    for problem in problems:
+        print(problem)
+    state = "clean" if not problems else f"{len(problems)} tensors with NaN or inf"
+    print(f"{args.path}: {len(source.entries)} tensors, {_bytes(total)}: {state}")
+    return 0 if not problems else 1
+
+
+def _scan(tensor: Tensor, report: Any) -> tuple[int, int]:
+    import numpy as np
+
+    if not tensor.dtype.is_float:
+        return 0, 0
+    flat = tensor.contiguous().numpy().reshape(-1)
+    nan = inf = 0
+    itemsize = tensor.dtype.itemsize
+    for start in range(0, flat.size, _CHUNK):
+        chunk = flat[start : start + _CHUNK]
+        nan += int(np.count_nonzero(np.isnan(chunk)))
+        inf += int(np.count_nonzero(np.isinf(chunk)))
+        report((start + chunk.size) * itemsize)
+    return nan, inf
+
+
+# -- convert ------------------------------------------------------------------------------
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from ._progress import Progress
+    from ._sources import detect_format
+
+    target = _target_format(args.dst)
+    source = open_source(args.path)
+    if detect_format(args.path) == "gguf":
+        raise _Failure(f"{args.path}: convert reads safetensors, .npy and .json, not GGUF")
+    progress = Progress(sum(entry.byte_len for entry in source), "convert")
+    tensors: dict[str, Tensor] = {}
+    done = 0
+    for entry in source:
+        tensor = source.tensor(entry.name)
+        if args.dtype is not None and tensor.dtype is not args.dtype:
+            tensor = tensor.convert(args.dtype)
+        tensors[entry.name] = tensor
+        done += entry.byte_len
+        progress.update(done)
+    progress.close()
+    try:
+        _write(target, args.dst, tensors, source.metadata)
+    except (DataError, OSError) as error:
+        raise _Failure(f"{args.dst}: {_one_line(error)}") from None
+    print(f"{args.path} -> {args.dst}: {len(tensors)} tensors")
+    return 0
+
+
+def _target_format(path: str) -> str:
+    lowered = path.lower()
+    for suffix in ("safetensors", "npy", "json"):
+        if lowered.endswith("." + suffix):
+            return suffix
+    raise _Failure(f"{path}: the destination must end in .safetensors, .npy or .json")
+
+
+def _write(kind: str, path: str, tensors: dict[str, Tensor], metadata: dict[str, Any]) -> None:
+    from .io import save_npy, save_safetensors
+    from .io._common import atomic_write_bytes
+
+    if kind == "safetensors":
+        text_metadata = {k: v for k, v in metadata.items() if isinstance(v, str)}
+        save_safetensors(path, tensors, metadata=text_metadata or None)
+        return
+    if len(tensors) != 1:
+        raise _Failure(f"{path}: .{kind} holds one tensor; the source has {len(tensors)}")
+    (tensor,) = tensors.values()
+    if kind == "npy":
+        save_npy(path, tensor)
+    else:
+        atomic_write_bytes(path, tensor.to_json().encode())

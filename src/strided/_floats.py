@@ -1,0 +1,291 @@
+"""Exact rounding, parsing and shortest text for the float dtypes.
+
+Every value of every float dtype (F64 down to FP8) is exactly a Python float, so values
+travel as Python floats; the exact inputs to rounding (big ints, decimal text) are
+handled with integer arithmetic. Rounding is always to nearest, ties to even, done
+**once**, directly in the target format: going through an intermediate format (float64
+to bfloat16 via float32, as ml_dtypes does; a big int to F32 via ``float()``; decimal
+text to F64 then narrowed) can round twice and land one step off.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._dtype import DType
+from ._errors import DTypeError, FormatError, LimitError, RangeError
+
+__all__ = ["MAX_DIGITS", "parse_float", "round_exact", "shortest_text"]
+
+MAX_DIGITS = 4300
+"""Most digits a numeric text may hold (Python's own int-from-str limit); more is LimitError."""
+
+
+class _Format(NamedTuple):
+    precision: int  # significand bits, the implicit leading bit included
+    emin: int  # exponent of the smallest normal value
+    emax: int  # exponent of the largest finite value
+    max_significand: int  # significand (as an integer) of the largest finite value
+    has_inf: bool
+
+
+# F8_E4M3 (float8_e4m3fn) spends its top significand at the top exponent on NaN, so its
+# largest finite value is 0b1110 * 2**5 = 448 rather than 480; past it, rounding goes on
+# as if 480 existed, which makes 464 (the midpoint) a tie that goes to even, 448.
+_FORMATS: dict[DType, _Format] = {
+    DType.F64: _Format(53, -1022, 1023, 2**53 - 1, True),
+    DType.F32: _Format(24, -126, 127, 2**24 - 1, True),
+    DType.F16: _Format(11, -14, 15, 2**11 - 1, True),
+    DType.BF16: _Format(8, -126, 127, 2**8 - 1, True),
+    DType.F8_E4M3: _Format(4, -6, 8, 0b1110, False),
+    DType.F8_E5M2: _Format(3, -14, 15, 0b111, True),
+}
+
+# NumPy converts a double to float32 (a hardware conversion) and to float16 (its own
+# bit-level routine, or a hardware one) with a single correctly rounded step, so these
+# are exact. The bound is the midpoint above the largest finite value: at or past it the
+# result is infinity (the largest value's significand is odd, so the tie goes up).
+_NUMPY_FAST: dict[DType, tuple[type[np.floating[Any]], float]] = {
+    DType.F32: (np.float32, float(2**128 - 2**103)),
+    DType.F16: (np.float16, 65520.0),
+}
+
+
+def _format(dtype: DType) -> _Format:
+    fmt = _FORMATS.get(dtype)
+    if fmt is None:
+        raise DTypeError(f"{dtype} is not a float dtype")
+    return fmt
+
+
+def _round_ratio(fmt: _Format, num: int, den: int) -> tuple[float | None, bool]:
+    """Round ``num / den`` (both > 0) to ``fmt``: ``(result, was_exact_tie)``.
+
+    The result is None when it lies past the largest finite value.
+    """
+    lead = num.bit_length() - den.bit_length()  # floor(log2(num / den)), or one more
+    if (num << -lead if lead < 0 else num) < (den << lead if lead > 0 else den):
+        lead -= 1
+    if lead > fmt.emax:  # checked before any shift, so 10**4300 costs nothing
+        return None, False
+    qexp = max(lead, fmt.emin) - fmt.precision + 1  # exponent of one unit in the last place
+    if qexp >= 0:
+        den <<= qexp
+    else:
+        num <<= -qexp
+    significand, rem = divmod(num, den)
+    tie = 2 * rem == den
+    if 2 * rem > den or (tie and significand & 1):
+        significand += 1
+    top = fmt.emax - fmt.precision + 1
+    if qexp > top or (qexp == top and significand > fmt.max_significand):
+        return None, tie
+    return math.ldexp(significand, qexp), tie
+
+
+def _describe(value: int | float | Fraction) -> str:
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"  # str() of a huge int may raise
+    if isinstance(value, Fraction) and max(abs(value.numerator), value.denominator) > 2**200:
+        magnitude = value.numerator.bit_length() - value.denominator.bit_length()
+        return f"a fraction of about 2**{magnitude}"
+    return repr(value)
+
+
+def round_exact(dtype: DType, value: int | float | Fraction) -> float:
+    """Round an exact value to nearest-even directly in float ``dtype``; return a float.
+
+    NaN stays NaN; infinities stay, except into F8_E4M3 (no infinity: RangeError). A
+    finite value that rounds past the largest finite value is RangeError. A negative
+    value that rounds to zero gives -0.0; -0.0 is kept.
+    """
+    fmt = _format(dtype)
+    if isinstance(value, float):
+        value = float(value)  # a plain float, not np.float64 or another subclass
+        if math.isfinite(value):
+            return _round_float(dtype, fmt, value)
+        if value != value or fmt.has_inf:
+            return value
+        raise RangeError(f"{value} has no {dtype.name} representation (it has no infinity)")
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            value = value.numerator
+        else:
+            rounded, _ = _round_ratio(fmt, abs(value.numerator), value.denominator)
+            return _signed(dtype, rounded, value < 0, value)
+    if -(2**53) <= value <= 2**53:  # exactly a float, so the float path is exact
+        return _round_float(dtype, fmt, float(value))
+    rounded, _ = _round_ratio(fmt, abs(value), 1)
+    return _signed(dtype, rounded, value < 0, value)
+
+
+def _round_float(dtype: DType, fmt: _Format, value: float) -> float:
+    if dtype is DType.F64 or value == 0.0:
+        return value
+    fast = _NUMPY_FAST.get(dtype)
+    if fast is not None:
+        if abs(value) >= fast[1]:
+            raise _out_of_range(dtype, value)
+        return float(fast[0](value))
+    rounded, _ = _round_ratio(fmt, *abs(value).as_integer_ratio())
+    return _signed(dtype, rounded, value < 0, value)
+
+
+def _signed(
+    dtype: DType, rounded: float | None, negative: bool, value: int | float | Fraction
+) -> float:
+    if rounded is None:
+        raise _out_of_range(dtype, value)
+    return -rounded if negative else rounded
+
+
+def _out_of_range(dtype: DType, value: int | float | Fraction) -> RangeError:
+    largest = math.ldexp(_FORMATS[dtype].max_significand, _top_exponent(dtype))
+    return RangeError(
+        f"{_describe(value)} is out of range for {dtype.name} (largest finite {largest!r})"
+    )
+
+
+def _top_exponent(dtype: DType) -> int:
+    fmt = _FORMATS[dtype]
+    return fmt.emax - fmt.precision + 1
+
+
+_SPECIAL = {
+    "inf": math.inf,
+    "+inf": math.inf,
+    "-inf": -math.inf,
+    "nan": math.nan,
+    "+nan": math.nan,
+    "-nan": math.nan,
+}
+# A Python float literal, ASCII digits only, no underscores, no surrounding space.
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_float(dtype: DType, text: str) -> float:
+    """Parse float text exactly into float ``dtype`` (the decimal is rounded once).
+
+    Grammar: a Python float literal without underscores or surrounding spaces, or
+    ``inf``/``nan`` with an optional sign, any case (``infinity`` is refused). Malformed
+    text is FormatError, more than MAX_DIGITS digits LimitError, a finite value that
+    rounds past the largest finite value RangeError.
+    """
+    fmt = _format(dtype)
+    if len(text) > MAX_DIGITS + 4:  # sign, point, 'e', exponent sign: 4 non-digits at most
+        raise LimitError(f"{dtype.name} text of {len(text)} characters is too long")
+    special = _SPECIAL.get(text.lower())
+    if special is not None:
+        return round_exact(dtype, special)
+    if _FLOAT_RE.fullmatch(text) is None:
+        raise FormatError(f"malformed {dtype.name} text {text[:40]!r}")
+    if len(text) - sum(text.count(c) for c in "+-.eE") > MAX_DIGITS:
+        raise LimitError(f"{dtype.name} text has more than {MAX_DIGITS} digits")
+    # float() rounds correctly to F64. Every midpoint between neighbours in a narrower
+    # format is itself an F64 value, so rounding the F64 result again lands where
+    # rounding the decimal would, unless that F64 result is exactly such a midpoint:
+    # only then does the decimal itself decide which way the tie breaks.
+    approx = float(text)
+    if math.isinf(approx):  # at least 2**1024, beyond every dtype
+        raise RangeError(f"{text[:40]!r} is out of range for {dtype.name}")
+    if dtype is DType.F64 or approx == 0.0:  # below 2**-1075: zero in every dtype
+        return approx
+    rounded, tie = _round_ratio(fmt, *abs(approx).as_integer_ratio())
+    if tie:
+        rounded, _ = _round_ratio(fmt, *_decimal_ratio(text))
+    if rounded is None:
+        raise RangeError(f"{text[:40]!r} is out of range for {dtype.name}")
+    return -rounded if approx < 0 else rounded
+
+
+def _decimal_ratio(text: str) -> tuple[int, int]:
+    """The exact value of unsigned-magnitude float text as (num, den).
+
+    Only called when float(text) is a midpoint of a narrower format, so the value is
+    between 2**-150 and 2**128 and the power of ten stays small.
+    """
+    mantissa, _, exponent = text.lstrip("+-").lower().partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    try:
+        power = int(exponent or "0") - len(fraction)
+        digits = int(whole + fraction)
+    except ValueError:  # only if the process lowered sys.set_int_max_str_digits
+        raise LimitError(f"float text {text[:40]!r} has too many digits") from None
+    if power >= 0:
+        return digits * 10**power, 1
+    return digits, 10**-power
+
+
+def shortest_text(dtype: DType, value: float) -> str:
+    """The canonical text of ``value``, which must be exactly a value of float ``dtype``.
+
+    The fewest significant digits that parse back to ``value`` in ``dtype``, the closest
+    such decimal when there are several, in Python's repr style: ``0.1``, ``3.0``,
+    ``1e-05``, ``1e+20``, ``-0.0``, ``inf``, ``-inf``, ``nan``. For F64 it is repr().
+    """
+    if not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if value == 0.0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if dtype is DType.F64:
+        return repr(value)
+    fast = _NUMPY_FAST.get(dtype)
+    if fast is not None:
+        # NumPy's Dragon4 in "unique" mode finds the shortest digits for its own dtype.
+        text = np.format_float_scientific(fast[0](abs(value)), unique=True, trim="-")
+        mantissa, _, exponent = text.partition("e")
+        digits = mantissa.replace(".", "").rstrip("0")
+        exp10 = int(exponent)
+    else:
+        digits, exp10 = _search_shortest(dtype, abs(value))
+    return ("-" if value < 0 else "") + _render(digits, exp10)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # holds every BF16 value: bulk text stays fast
+def _search_shortest(dtype: DType, value: float) -> tuple[str, int]:
+    """Shortest round-tripping digits of ``value`` > 0 and the exponent of the first one.
+
+    For each digit count, only the two decimals around the value can be the closest
+    that round-trips: the values that round to ``value`` form an interval containing it.
+    """
+    fmt = _FORMATS[dtype]
+    num, den = value.as_integer_ratio()
+    exp10 = math.floor(math.log10(value))
+    if Fraction(10) ** exp10 > value:  # log10 may be one off near powers of ten
+        exp10 -= 1
+    elif Fraction(10) ** (exp10 + 1) <= value:
+        exp10 += 1
+    count = 1
+    while True:
+        scale = exp10 - count + 1  # candidates are integer multiples of 10**scale
+        n, d = (num, den * 10**scale) if scale >= 0 else (num * 10**-scale, den)
+        low, rem = divmod(n, d)
+        fits = []
+        for candidate in (low, low + 1) if rem else (low,):
+            cn, cd = (candidate * 10**scale, 1) if scale >= 0 else (candidate, 10**-scale)
+            if _round_ratio(fmt, cn, cd)[0] == value:
+                fits.append(candidate)
+        if fits:
+            if len(fits) == 2:  # both round-trip: take the closer, ties to the even one
+                prefer_low = 2 * rem < d or (2 * rem == d and low % 2 == 0)
+                fits = fits[:1] if prefer_low else fits[1:]
+            text = str(fits[0])
+            return text.rstrip("0"), scale + len(text) - 1
+        count += 1
+
+
+def _render(digits: str, exp10: int) -> str:
+    """Python's float repr layout for ``0.d1d2d3... * 10**(exp10 + 1)``."""
+    if exp10 < -4 or exp10 >= 16:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{mantissa}e{exp10:+03d}"
+    if exp10 >= 0:
+        whole = digits[: exp10 + 1].ljust(exp10 + 1, "0")
+        return f"{whole}.{digits[exp10 + 1 :] or '0'}"
+    return "0." + "0" * (-exp10 - 1) + digits

@@ -1,0 +1,261 @@
+"""Scalar: an exact, typed, immutable value, with exact parsing and shortest text."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Any, NoReturn
+
+import ml_dtypes
+import numpy as np
+
+from ._dtype import DType
+from ._errors import DTypeError, FormatError, LimitError, RangeError
+from ._floats import MAX_DIGITS, parse_float, round_exact, shortest_text
+
+__all__ = ["Scalar", "parse_value", "to_value"]
+
+PyValue = bool | int | float
+"""The exact Python value of a scalar: bool for BOOL, int for integers, float for floats."""
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_INT_RANGE = {
+    dtype: (int(np.iinfo(dtype.numpy).min), int(np.iinfo(dtype.numpy).max))
+    for dtype in DType
+    if dtype.is_integer
+} | {DType.BOOL: (0, 1)}
+_BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
+
+# ml_dtypes scalars are NumPy scalars but not np.floating / np.integer subclasses.
+_ML_FLOATS = tuple(
+    t
+    for name, t in vars(ml_dtypes).items()
+    if name.startswith(("float", "bfloat")) and isinstance(t, type)
+)
+_ML_INTS = tuple(
+    t
+    for name, t in vars(ml_dtypes).items()
+    if name.startswith(("int", "uint")) and isinstance(t, type)
+)
+
+
+def parse_value(dtype: DType, text: object) -> PyValue:
+    """Parse scalar text into the exact Python value of ``dtype`` (see ``Scalar.parse``)."""
+    if not isinstance(text, str):
+        raise FormatError(f"{dtype.name} text must be a str, found {type(text).__name__}")
+    if dtype.is_float:
+        return parse_float(dtype, text)
+    if dtype is DType.BOOL:
+        found = _BOOL_TEXT.get(text.lower()) if len(text) <= 5 else None
+        if found is None:
+            raise FormatError(f"BOOL text must be true, false, 1 or 0, found {text[:40]!r}")
+        return found
+    # The digit cap is checked before anything scans the text: a long string costs nothing.
+    if len(text) > MAX_DIGITS + 1 or len(text.lstrip("+-")) > MAX_DIGITS:
+        raise LimitError(f"{dtype.name} text has more than {MAX_DIGITS} digits")
+    if _INT_RE.fullmatch(text) is None:
+        raise FormatError(f"malformed {dtype.name} text {text[:40]!r}; expected [+-]?[0-9]+")
+    try:
+        number = int(text)
+    except ValueError:  # only if the process lowered sys.set_int_max_str_digits
+        raise LimitError(f"{dtype.name} text has too many digits") from None
+    return _fit_int(dtype, number)
+
+
+def to_value(dtype: DType, value: object) -> PyValue:
+    """Convert a constructor argument to the exact Python value of ``dtype``."""
+    if isinstance(value, str):
+        return parse_value(dtype, value)
+    if isinstance(value, Scalar):
+        if value.dtype is not dtype:
+            raise DTypeError(
+                f"expected a {dtype.name} value, found a Scalar of dtype {value.dtype.name}"
+            )
+        return value.value
+    number = _exact_number(value)
+    if dtype.is_float:
+        return round_exact(dtype, number)
+    if isinstance(number, Fraction):  # from np.longdouble
+        if number.denominator != 1:
+            raise RangeError(f"{float(number)!r} is not an integer, so it is not {dtype.name}")
+        number = number.numerator
+    elif isinstance(number, float):
+        if not number.is_integer():  # NaN and infinities included
+            raise RangeError(f"{number!r} is not an integer, so it is not {dtype.name}")
+        number = int(number)
+    return _fit_int(dtype, number)
+
+
+def _exact_number(value: object) -> int | float | Fraction:
+    """The exact number a non-text argument stands for; DTypeError for other types."""
+    if type(value) is int or type(value) is float:
+        return value
+    if isinstance(value, int):  # bool, IntEnum and other int subclasses
+        return int(value)
+    if isinstance(value, float):  # np.float64 and other float subclasses: exact
+        return float(value)
+    if isinstance(value, np.generic):
+        kind = value.dtype.kind
+        if kind == "b":
+            return int(bool(value))
+        if kind in "iu" or isinstance(value, _ML_INTS):
+            return int(value)
+        if kind == "f" or isinstance(value, _ML_FLOATS):
+            if value.dtype.itemsize > 8 and np.isfinite(value) and value != 0:
+                return Fraction(*value.as_integer_ratio())  # type: ignore[attr-defined]
+            return float(value)
+    raise DTypeError(
+        "a Scalar value must be a bool, int, float, str, Scalar or NumPy scalar, "
+        f"found {type(value).__name__}"
+    )
+
+
+def _fit_int(dtype: DType, number: int) -> PyValue:
+    low, high = _INT_RANGE[dtype]
+    if not low <= number <= high:
+        shown = (
+            str(number)
+            if number.bit_length() <= 200
+            else f"an integer of {number.bit_length()} bits"
+        )
+        raise RangeError(f"{shown} is out of range for {dtype.name} ({low} to {high})")
+    return bool(number) if dtype is DType.BOOL else number
+
+
+def _check_dtype(dtype: object) -> DType:
+    if not isinstance(dtype, DType):
+        raise DTypeError(f"dtype must be a DType, found {type(dtype).__name__}")
+    return dtype
+
+
+def _cast_for(dtype: DType) -> type:
+    if dtype is DType.BOOL:
+        return bool
+    return float if dtype.is_float else int
+
+
+_CAST: dict[DType, Any] = {dtype: _cast_for(dtype) for dtype in DType}
+
+
+class Scalar:
+    """An exact, typed, immutable, hashable value of one DType.
+
+    ``Scalar(dtype, value)`` takes a bool, int, float, str (parsed as by ``parse``), a
+    Scalar of the same dtype, or a NumPy / ml_dtypes scalar. A bool is the int 0 or 1.
+    Integers must fit (``Scalar(I8, 300)`` is RangeError, never 44), floats for an
+    integer dtype must be integral and finite (else RangeError), and values for a float
+    dtype round to nearest-even directly in that dtype; a finite value that rounds past
+    the largest finite value is RangeError. A Scalar of another dtype, a non-DType
+    ``dtype``, and any other value type (None, complex, bytes, Fraction, lists, 0-d
+    arrays, ...) are DTypeError.
+
+    Equality is same dtype and same value, ``-0.0 != 0.0`` and every NaN equals every
+    NaN; a Scalar never equals a non-Scalar. Scalars have no ordering. ``int(s)``
+    truncates like ``int()`` (RangeError for NaN and infinities); integer (not BOOL or
+    float) scalars also work as indices through ``__index__``.
+    """
+
+    __slots__ = ("_dtype", "_value")
+    _dtype: DType
+    _value: PyValue
+
+    def __init__(self, dtype: DType, value: object) -> None:
+        object.__setattr__(self, "_dtype", _check_dtype(dtype))
+        object.__setattr__(self, "_value", to_value(dtype, value))
+
+    @classmethod
+    def parse(cls, dtype: DType, text: str) -> Scalar:
+        """Parse scalar text exactly.
+
+        Integers: ``[+-]?[0-9]+`` (ASCII; no ``_``, spaces, ``0x`` or ``1.0``). Floats:
+        Python float literals without underscores or surrounding spaces, plus ``inf``,
+        ``nan`` with an optional sign, any case (not ``infinity``); the decimal is
+        rounded once, directly in ``dtype``. BOOL: ``true``/``false`` (any case), ``1``,
+        ``0``. Malformed text (or a non-str) is FormatError, a well-formed value out of
+        range RangeError, text with more than MAX_DIGITS (4300) digits LimitError.
+        """
+        return cls._trusted(_check_dtype(dtype), parse_value(dtype, text))
+
+    @classmethod
+    def _trusted(cls, dtype: DType, value: Any) -> Scalar:
+        """Wrap a value already exact in ``dtype``, without checks.
+
+        ``value`` may be a Python, NumPy or ml_dtypes scalar (``arr.item()`` or
+        ``arr[i]``); it is converted to bool / int / float by dtype kind, not validated.
+        """
+        self = object.__new__(cls)
+        object.__setattr__(self, "_dtype", dtype)
+        object.__setattr__(self, "_value", _CAST[dtype](value))
+        return self
+
+    @property
+    def dtype(self) -> DType:
+        """The DType."""
+        return self._dtype
+
+    @property
+    def value(self) -> PyValue:
+        """The exact Python value: bool for BOOL, int for integers, float for floats."""
+        return self._value
+
+    def __str__(self) -> str:
+        value = self._value
+        if self._dtype is DType.BOOL:
+            return "true" if value else "false"
+        if isinstance(value, float):
+            return shortest_text(self._dtype, value)
+        return str(value)
+
+    def __repr__(self) -> str:
+        return f"Scalar({self._dtype.name}, {self})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Scalar):
+            return NotImplemented
+        if self._dtype is not other._dtype:
+            return False
+        a, b = self._value, other._value
+        if isinstance(a, float):
+            if a != a:
+                return b != b
+            return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+        return a == b
+
+    def __hash__(self) -> int:
+        value = self._value
+        if value != value:  # hash(nan) is per object; every NaN Scalar must hash alike
+            return hash((self._dtype, "nan"))
+        return hash((self._dtype, value))
+
+    def __int__(self) -> int:
+        value = self._value
+        if isinstance(value, float) and not math.isfinite(value):
+            raise RangeError(f"int() of {self!r}: {value} has no integer value")
+        return int(value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __index__(self) -> int:
+        if not self._dtype.is_integer:
+            raise DTypeError(f"{self!r} cannot be used as an index: only integer dtypes can")
+        return int(self._value)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"Scalar is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"Scalar is immutable; cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[type[Scalar], tuple[DType, PyValue]]:
+        return (Scalar, (self._dtype, self._value))
+
+    def __copy__(self) -> Scalar:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Scalar:
+        return self

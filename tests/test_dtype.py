@@ -1,0 +1,147 @@
+"""DType: the closed set, names, NumPy mapping, ranges, predicates, pickling."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import strided as st
+
+D = st.DType
+
+NUMPY_NAMES = {
+    D.BOOL: "bool",
+    D.I8: "int8",
+    D.I16: "int16",
+    D.I32: "int32",
+    D.I64: "int64",
+    D.U8: "uint8",
+    D.U16: "uint16",
+    D.U32: "uint32",
+    D.U64: "uint64",
+    D.F16: "float16",
+    D.BF16: "bfloat16",
+    D.F32: "float32",
+    D.F64: "float64",
+    D.F8_E4M3: "float8_e4m3fn",
+    D.F8_E5M2: "float8_e5m2",
+}
+NUMPY_TYPES = {
+    D.BOOL: np.bool_,
+    D.I8: np.int8,
+    D.I16: np.int16,
+    D.I32: np.int32,
+    D.I64: np.int64,
+    D.U8: np.uint8,
+    D.U16: np.uint16,
+    D.U32: np.uint32,
+    D.U64: np.uint64,
+    D.F16: np.float16,
+    D.BF16: ml_dtypes.bfloat16,
+    D.F32: np.float32,
+    D.F64: np.float64,
+    D.F8_E4M3: ml_dtypes.float8_e4m3fn,
+    D.F8_E5M2: ml_dtypes.float8_e5m2,
+}
+
+
+def test_the_closed_set() -> None:
+    assert [d.name for d in D] == [
+        "BOOL", "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64",
+        "F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2",
+    ]  # fmt: skip
+    assert str(D.BF16) == "BF16"
+    assert repr(D.I16) == "DType.I16"
+
+
+@pytest.mark.parametrize("dtype", list(D), ids=str)
+def test_numpy_mapping_and_itemsize(dtype: st.DType) -> None:
+    assert dtype.numpy == np.dtype(NUMPY_TYPES[dtype])
+    assert dtype.numpy.byteorder in "=|<"
+    assert dtype.itemsize == np.dtype(NUMPY_TYPES[dtype]).itemsize
+    assert D.from_numpy(dtype.numpy) is dtype
+    assert D.from_numpy(NUMPY_TYPES[dtype]) is dtype
+
+
+@pytest.mark.parametrize("dtype", list(D), ids=str)
+def test_parse_names_any_case(dtype: st.DType) -> None:
+    for name in (dtype.name, NUMPY_NAMES[dtype]):
+        for variant in (name, name.lower(), name.upper(), name.swapcase()):
+            assert D.parse(variant) is dtype
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["f4", "<i2", ">f8", "i8 ", " I8", "I8\n", "", "int", "float", "uint", "bf 16", "fp8",
+     "f8_e4m3fn", "F8_E4M3FN", "float8", "float8_e4m3", "torch.float32", "DType.F32",
+     "np.int8", "Int_8", "ｉｎｔ８", "I١6", "double", "half", "single", "b1", "?", "bool_"],
+)  # fmt: skip
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(st.DTypeError):
+        D.parse(text)
+
+
+@pytest.mark.parametrize("value", [None, 8, b"I8", D.I8, np.int8, np.dtype("int8"), ["I8"]])
+def test_parse_rejects_non_strings(value: object) -> None:
+    with pytest.raises(st.DTypeError):
+        D.parse(value)
+
+
+def test_from_numpy_byte_orders_and_rejects() -> None:
+    assert D.from_numpy(np.dtype(">i4")) is D.I32
+    assert D.from_numpy(">f8") is D.F64
+    assert D.from_numpy(np.dtype("<u2")) is D.U16
+    assert D.from_numpy("float32") is D.F32
+    for bad in ("complex64", "object", "U3", "S2", "V4", "M8[s]", [("a", "i4")], "nonsense",
+                np.float128 if hasattr(np, "float128") else "c16", 3.5):  # fmt: skip
+        with pytest.raises(st.DTypeError):
+            D.from_numpy(bad)
+
+
+@pytest.mark.parametrize("dtype", [d for d in D if d.is_integer], ids=str)
+def test_integer_ranges(dtype: st.DType) -> None:
+    info = np.iinfo(dtype.numpy)
+    assert dtype.min == st.Scalar(dtype, int(info.min))
+    assert dtype.max == st.Scalar(dtype, int(info.max))
+    assert type(dtype.min.value) is int
+
+
+@pytest.mark.parametrize("dtype", [d for d in D if d.is_float], ids=str)
+def test_float_ranges(dtype: st.DType) -> None:
+    info = ml_dtypes.finfo(dtype.numpy)
+    assert dtype.max.value == float(info.max)
+    assert dtype.min.value == -float(info.max)
+    assert dtype.max.dtype is dtype
+
+
+def test_bool_range_and_special_maxima() -> None:
+    assert D.BOOL.min == st.Scalar(D.BOOL, False)
+    assert D.BOOL.max == st.Scalar(D.BOOL, True)
+    assert str(D.BOOL.max) == "true"
+    assert D.F8_E4M3.max.value == 448.0
+    assert D.F8_E5M2.max.value == 57344.0
+    assert D.F16.max.value == 65504.0
+
+
+def test_predicates() -> None:
+    floats = {D.F16, D.BF16, D.F32, D.F64, D.F8_E4M3, D.F8_E5M2}
+    ints = {D.I8, D.I16, D.I32, D.I64, D.U8, D.U16, D.U32, D.U64}
+    signed = floats | {D.I8, D.I16, D.I32, D.I64}
+    for dtype in D:
+        assert dtype.is_float == (dtype in floats)
+        assert dtype.is_integer == (dtype in ints)
+        assert dtype.is_signed == (dtype in signed)
+        assert dtype.is_storage_only == (dtype in {D.F8_E4M3, D.F8_E5M2})
+    assert not D.BOOL.is_integer and not D.BOOL.is_float and not D.BOOL.is_signed
+
+
+@pytest.mark.parametrize("dtype", list(D), ids=str)
+def test_pickle_and_copy(dtype: st.DType) -> None:
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(dtype, protocol)) is dtype
+    assert copy.copy(dtype) is dtype
+    assert copy.deepcopy(dtype) is dtype
