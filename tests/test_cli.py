@@ -205,7 +205,7 @@ def test_inspect_reads_only_headers_and_samples(tmp_path: Path) -> None:
         "print('GROWTH_KIB', after - before)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe, "inspect", str(path), "--strategy", "spread"],
+        [sys.executable, "-c", probe, "inspect", str(path)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,10 +11,21 @@ from ._errors import (
     RangeError,
     ShapeError,
 )
+from ._inspect import TensorInspection, TensorInspectionOptions
 from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
 from ._scalar import Scalar
 from ._shape import Shape
 from ._tensor import Tensor, tensor
+from .io import (
+    GGUFFile,
+    SafetensorsFile,
+    load_npy,
+    load_safetensors,
+    open_gguf,
+    open_safetensors,
+    save_npy,
+    save_safetensors,
+)
 
 __version__ = "0.1.0"
 
@@ -27,12 +38,22 @@ __all__ = [
     "DataError",
     "DivisionError",
     "FormatError",
+    "GGUFFile",
     "IndexingError",
     "LimitError",
     "RangeError",
+    "SafetensorsFile",
     "Scalar",
     "Shape",
     "ShapeError",
     "Tensor",
+    "TensorInspection",
+    "TensorInspectionOptions",
+    "load_npy",
+    "load_safetensors",
+    "open_gguf",
+    "open_safetensors",
+    "save_npy",
+    "save_safetensors",
     "tensor",
 ]

@@ -331,7 +331,7 @@ def _target_format(path: str) -> str:
 
 def _write(kind: str, path: str, tensors: dict[str, Tensor], metadata: dict[str, Any]) -> None:
     from .io import save_npy, save_safetensors
-    from .io._common import atomic_write_bytes
+    from .io._common import atomic_write
 
     if kind == "safetensors":
         text_metadata = {k: v for k, v in metadata.items() if isinstance(v, str)}
@@ -343,4 +343,5 @@ def _write(kind: str, path: str, tensors: dict[str, Tensor], metadata: dict[str,
     if kind == "npy":
         save_npy(path, tensor)
     else:
-        atomic_write_bytes(path, tensor.to_json().encode())
+        text = tensor.to_json().encode()
+        atomic_write(path, lambda handle: handle.write(text))

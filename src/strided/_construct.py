@@ -90,7 +90,8 @@ def storage_from_values(
 def python_values(array: np.ndarray, dtype: DType) -> Any:
     """``array.tolist()`` with exact Python values (BF16/FP8 go through F32, exactly)."""
     if dtype in (DType.BF16, DType.F8_E4M3, DType.F8_E5M2):
-        return array.astype(np.float32).tolist()
+        with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
+            return array.astype(np.float32).tolist()
     return array.tolist()
 
 

@@ -184,9 +184,11 @@ class Scalar:
         ``value`` may be a Python, NumPy or ml_dtypes scalar (``arr.item()`` or
         ``arr[i]``); it is converted to bool / int / float by dtype kind, not validated.
         """
-        self = object.__new__(cls)
-        object.__setattr__(self, "_dtype", dtype)
-        object.__setattr__(self, "_value", _CAST[dtype](value))
+        # Slot descriptors directly: tensor reads build many Scalars, and this is
+        # about twice as fast as object.__setattr__.
+        self = _new(cls)
+        _set_dtype(self, dtype)
+        _set_value(self, _CAST[dtype](value))
         return self
 
     @property
@@ -259,3 +261,8 @@ class Scalar:
 
     def __deepcopy__(self, memo: object) -> Scalar:
         return self
+
+
+_new = object.__new__
+_set_dtype = Scalar._dtype.__set__  # type: ignore[attr-defined]
+_set_value = Scalar._value.__set__  # type: ignore[attr-defined]

@@ -1,0 +1,162 @@
+"""Helpers shared by the file readers and writers.
+
+Reading: files are memory-mapped read-only and exposed as ONE flat read-only ``uint8``
+array; every tensor is a view of it, so NumPy keeps the mapping alive for as long as any
+tensor needs it (the mapping is never closed explicitly). Errors name the file.
+
+Writing: ``atomic_write`` writes into a temporary file in the target's folder, flushes
+and fsyncs it, then renames it over the target, so a crash or an error never leaves a
+half-written file under the target name (and a failed write leaves the target as it was).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from typing import IO, Any
+
+import numpy as np
+
+from .._errors import FormatError, LimitError, ShapeError
+from .._limits import check_dims
+
+__all__ = [
+    "PathLike",
+    "atomic_write",
+    "checked_shape",
+    "file_size",
+    "label",
+    "map_file",
+    "read_exact",
+    "write_logical",
+]
+
+PathLike = str | os.PathLike[str]
+
+# Non-contiguous views are written in pieces of about this many bytes, so saving a
+# transposed view never needs a second full-size copy in memory.
+_CHUNK_BYTES = 1 << 22
+
+
+def label(path: PathLike) -> str:
+    """The path as text, for error messages."""
+    return os.fspath(path)
+
+
+def checked_shape(dims: Iterable[object], where: str) -> tuple[int, ...]:
+    """``check_dims`` for a shape read from a file: bad dims are FormatError, caps LimitError.
+
+    ``where`` (the file and the tensor) prefixes every message.
+    """
+    try:
+        return check_dims(dims, "shape")
+    except LimitError as exc:
+        raise LimitError(f"{where}: {exc}") from None
+    except ShapeError as exc:
+        raise FormatError(f"{where}: {exc}") from None
+
+
+def read_exact(file: IO[bytes], count: int, where: str, what: str) -> bytes:
+    """Exactly ``count`` bytes (the caller has checked ``count`` against the file size)."""
+    data = file.read(count)
+    if len(data) != count:
+        # Only possible when the file shrank after its size was checked.
+        raise FormatError(
+            f"{where}: {what}: expected {count} bytes, the file ended after {len(data)}"
+        )
+    return data
+
+
+def map_file(file: IO[bytes], expected_size: int, where: str) -> np.ndarray:
+    """The whole open ``file`` as one flat read-only uint8 array over a read-only mapping.
+
+    A 0-byte file cannot be mapped; it gives an empty (owned, read-only) array instead.
+    A size different from ``expected_size`` (the file changed while being opened) is a
+    FormatError.
+    """
+    if expected_size == 0:
+        empty = np.zeros(0, dtype=np.uint8)
+        empty.flags.writeable = False
+        return empty
+    mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(mapping) != expected_size:
+        mapping.close()
+        raise FormatError(f"{where}: the file changed size while it was being opened")
+    # np.frombuffer holds the mapping (through a memoryview) for as long as any view of
+    # ``raw`` lives; the mapping's read-only buffer makes every view read-only too.
+    return np.frombuffer(mapping, dtype=np.uint8)
+
+
+def file_size(file: IO[bytes]) -> int:
+    """The size in bytes of an open file."""
+    return os.fstat(file.fileno()).st_size
+
+
+def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then rename it onto ``path``.
+
+    The data is flushed and fsynced before the rename. On any error the temporary file
+    is removed and ``path`` is left exactly as it was; the error propagates unchanged.
+    """
+    target = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(target)
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        # mkstemp creates the file 0600; give it the mode a plain open() would.
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as file:
+            fd = -1
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        if fd != -1:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder: str) -> None:
+    # Makes the rename itself durable; best effort (not every filesystem allows it).
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_logical(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
+    """Write ``array``'s elements as packed bytes in logical row-major order.
+
+    Contiguous arrays are written straight from their memory; strided views (transposed,
+    reversed, sliced) are copied a bounded piece at a time.
+    """
+    if array.size == 0:
+        return
+    if array.flags.c_contiguous or array.nbytes <= _CHUNK_BYTES:
+        packed = np.ascontiguousarray(array).reshape(-1)
+        file.write(packed.view(np.uint8).data)
+        return
+    if array.ndim == 1:
+        step = max(1, _CHUNK_BYTES // array.itemsize)
+        for start in range(0, array.shape[0], step):
+            write_logical(file, array[start : start + step])
+        return
+    row_bytes = array.nbytes // array.shape[0]
+    rows = max(1, _CHUNK_BYTES // row_bytes)
+    for start in range(0, array.shape[0], rows):
+        # A piece of whole rows; a single row larger than a chunk is split further.
+        write_logical(file, array[start : start + rows] if rows > 1 else array[start])

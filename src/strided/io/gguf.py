@@ -1,0 +1,421 @@
+"""GGUF files (versions 2 and 3, little-endian): metadata and tensors, zero-copy.
+
+Layout: magic ``GGUF``, a u32 version, u64 tensor and key-value counts, the key-value
+pairs (u64-length strings, u32 value types, arrays as element type + u64 count), the
+tensor infos (name, u32 ``n_dims``, u64 dims innermost first, u32 ggml type, u64
+offset), padding to ``general.alignment`` (default 32), then the tensor data.
+
+Every count, length, dim and offset is checked against the caps and the bytes that
+remain before anything is sized by it: a count whose entries could not fit in the rest
+of the file is refused without reading on. Strings are capped at ``MAX_STRING_BYTES``,
+all metadata values together at ``MAX_METADATA_VALUES``; an array may hold arrays (one
+level of nesting, as the ``gguf`` writer produces for nested lists) whose elements are
+not arrays themselves. Keys are non-empty, at most 65535 bytes and unique; tensor names
+non-empty, at most 64 bytes and unique. Tensors: ``n_dims`` 1 to 4, dims within
+MAX_RANK/MAX_ELEMENTS, a known ggml type, the innermost dim a multiple of the type's
+block size, offsets aligned, spans inside the file and not overlapping.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._dtype import DType
+from .._errors import DTypeError, FormatError, IndexingError, LimitError
+from .._shape import Shape
+from .._tensor import Tensor
+from ._common import PathLike, checked_shape, file_size, label, map_file
+from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
+from ._ggml import dequantize as dequantize_blocks
+
+__all__ = ["MAX_METADATA_VALUES", "MAX_STRING_BYTES", "GGUFFile", "open_gguf"]
+
+MAX_STRING_BYTES = 1 << 26
+MAX_METADATA_VALUES = 1 << 24
+_MAX_KEY_BYTES = 65535
+_MAX_NAME_BYTES = 64
+_MAX_DIMS = 4
+_DEFAULT_ALIGNMENT = 32
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_STRING, _ARRAY, _BOOL = 8, 9, 7
+# Value type id -> (name, little-endian NumPy dtype) for the fixed-size types.
+_FIXED: dict[int, tuple[str, np.dtype[Any]]] = {
+    0: ("UINT8", np.dtype("<u1")),
+    1: ("INT8", np.dtype("<i1")),
+    2: ("UINT16", np.dtype("<u2")),
+    3: ("INT16", np.dtype("<i2")),
+    4: ("UINT32", np.dtype("<u4")),
+    5: ("INT32", np.dtype("<i4")),
+    6: ("FLOAT32", np.dtype("<f4")),
+    7: ("BOOL", np.dtype("<u1")),
+    10: ("UINT64", np.dtype("<u8")),
+    11: ("INT64", np.dtype("<i8")),
+    12: ("FLOAT64", np.dtype("<f8")),
+}
+# The fewest bytes one value of each kind can take: bounds counts before reading.
+_MIN_BYTES = {_STRING: 8, _ARRAY: 12} | {k: v[1].itemsize for k, v in _FIXED.items()}
+_MIN_KV_BYTES = 8 + 1 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
+
+
+class _TensorInfo:
+    __slots__ = ("begin", "dims", "end", "kind", "name")
+
+    def __init__(self, name: str, dims: tuple[int, ...], kind: GGMLType, begin: int, end: int):
+        self.name = name
+        self.dims = dims
+        self.kind = kind
+        self.begin = begin
+        self.end = end
+
+
+class _Reader:
+    """A cursor over the mapped bytes that refuses to read past the end."""
+
+    __slots__ = ("buf", "pos", "raw", "size", "values", "where")
+
+    def __init__(self, raw: np.ndarray[Any, Any], where: str) -> None:
+        self.raw = raw
+        self.buf = raw.data
+        self.pos = 0
+        self.size = raw.size
+        self.values = 0
+        self.where = where
+
+    def need(self, count: int, what: str) -> None:
+        if count > self.size - self.pos:
+            raise FormatError(
+                f"{self.where}: {what} needs {count} bytes at offset {self.pos}, "
+                f"only {self.size - self.pos} remain"
+            )
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        value: int = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return value
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        value: int = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return value
+
+    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
+        length = self.u64(f"{what} length")
+        if length > cap:
+            error = LimitError if cap == MAX_STRING_BYTES else FormatError
+            raise error(f"{self.where}: {what} of {length} bytes exceeds {cap} bytes")
+        self.need(length, what)
+        data = bytes(self.buf[self.pos : self.pos + length])
+        self.pos += length
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(
+                f"{self.where}: {what} at offset {self.pos - length} is not UTF-8"
+            ) from None
+
+    def count_values(self, count: int, what: str) -> None:
+        self.values += count
+        if self.values > MAX_METADATA_VALUES:
+            raise LimitError(
+                f"{self.where}: {what}: metadata holds more than {MAX_METADATA_VALUES} values"
+            )
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        fixed = _FIXED.get(vtype)
+        if fixed is not None:
+            return self.fixed_array(vtype, 1, what)[0]
+        if vtype == _STRING:
+            return self.string(what)
+        if vtype != _ARRAY:
+            raise FormatError(f"{self.where}: {what}: unknown value type {vtype}")
+        item_type = self.u32(f"{what} element type")
+        count = self.u64(f"{what} length")
+        if item_type not in _MIN_BYTES:
+            raise FormatError(f"{self.where}: {what}: unknown array element type {item_type}")
+        if item_type == _ARRAY and depth >= 1:
+            raise FormatError(f"{self.where}: {what}: arrays nested more than one level deep")
+        self.need(count * _MIN_BYTES[item_type], f"{what} ({count} elements)")
+        self.count_values(count, what)
+        if item_type in _FIXED:
+            return self.fixed_array(item_type, count, what)
+        if item_type == _STRING:
+            return self.string_array(count, what)
+        return [self.value(item_type, f"{what}[{i}]", depth + 1) for i in range(count)]
+
+    def string_array(self, count: int, what: str) -> list[str]:
+        # The hot loop of real files (vocabularies of 100k+ tokens): no per-item calls.
+        buf, pos, size, where = self.buf, self.pos, self.size, self.where
+        unpack = _U64.unpack_from
+        result: list[str] = []
+        append = result.append
+        for i in range(count):
+            if size - pos < 8:
+                raise FormatError(
+                    f"{where}: {what}[{i}] length needs 8 bytes at offset {pos}, "
+                    f"only {size - pos} remain"
+                )
+            length = unpack(buf, pos)[0]
+            pos += 8
+            if length > MAX_STRING_BYTES:
+                raise LimitError(
+                    f"{where}: {what}[{i}] of {length} bytes exceeds {MAX_STRING_BYTES}"
+                )
+            if length > size - pos:
+                raise FormatError(
+                    f"{where}: {what}[{i}] needs {length} bytes at offset {pos}, "
+                    f"only {size - pos} remain"
+                )
+            try:
+                append(str(buf[pos : pos + length], "utf-8"))
+            except UnicodeDecodeError:
+                raise FormatError(f"{where}: {what}[{i}] at offset {pos} is not UTF-8") from None
+            pos += length
+        self.pos = pos
+        return result
+
+    def fixed_array(self, vtype: int, count: int, what: str) -> list[Any]:
+        dtype = _FIXED[vtype][1]
+        self.need(count * dtype.itemsize, what)
+        # One vectorized read, however long the array.
+        values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
+        self.pos += count * dtype.itemsize
+        if vtype != _BOOL:
+            result: list[Any] = values.tolist()
+            return result
+        bad = np.flatnonzero(values > 1)
+        if bad.size:
+            raise FormatError(f"{self.where}: {what}: BOOL value {int(values[bad[0]])}, not 0 or 1")
+        return values.astype(np.bool_).tolist()  # type: ignore[no-any-return]
+
+
+class GGUFFile:
+    """An open GGUF file: metadata, and tensors read lazily as zero-copy views.
+
+    Made by ``open_gguf``. ``version`` (2 or 3), ``metadata`` (a fresh dict of key ->
+    Python int/float/bool/str/list on each access), ``keys()`` (tensor names in file
+    order), ``name in f``, ``info(name)`` -> ``(ggml_type_name, Shape)`` and
+    ``get(name, dequantize=False)``. Shapes are row-major: GGUF lists dims innermost
+    first, so they are reversed. A name not in the file is an IndexingError.
+    """
+
+    __slots__ = ("_metadata", "_path", "_raw", "_tensors", "_version")
+
+    def __init__(
+        self,
+        path: str,
+        version: int,
+        metadata: dict[str, Any],
+        tensors: dict[str, _TensorInfo],
+        raw: np.ndarray[Any, Any],
+    ) -> None:
+        """Private: use ``open_gguf``."""
+        self._path = path
+        self._version = version
+        self._metadata = metadata
+        self._tensors = tensors
+        self._raw = raw
+
+    @property
+    def path(self) -> str:
+        """The path the file was opened from."""
+        return self._path
+
+    @property
+    def version(self) -> int:
+        """The GGUF version (2 or 3)."""
+        return self._version
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A fresh copy of the key-value metadata (lists copied too)."""
+        return {key: _copied(value) for key, value in self._metadata.items()}
+
+    def keys(self) -> list[str]:
+        """The tensor names, in file order."""
+        return list(self._tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._tensors))
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def info(self, name: str) -> tuple[str, Shape]:
+        """``(ggml_type_name, shape)``, the shape row-major (GGUF's dims reversed)."""
+        found = self._lookup(name)
+        return found.kind.name, Shape._trusted(found.dims)
+
+    def get(self, name: str, dequantize: bool = False) -> Tensor:
+        """The tensor ``name``.
+
+        F32, F16, BF16, F64, I8, I16, I32 and I64 tensors are zero-copy read-only views
+        of the mapped file (``dequantize`` changes nothing for them). Q8_0 and Q4_0
+        tensors need ``dequantize=True`` and give a new F32 tensor; without it they are
+        a DTypeError, as is every other ggml type.
+        """
+        found = self._lookup(name)
+        kind = found.kind
+        span = self._raw[found.begin : found.end]
+        dtype = ZERO_COPY.get(kind.name)
+        if dtype is not None:
+            return Tensor._wrap(span.view(dtype.numpy).reshape(found.dims))
+        where = f"{self._path}: tensor {name[:80]!r}"
+        if kind.name not in DEQUANTIZABLE:
+            raise DTypeError(f"{where}: ggml type {kind.name} is not supported")
+        if not dequantize:
+            raise DTypeError(
+                f"{where}: {kind.name} is block-quantized; pass dequantize=True for F32 values"
+            )
+        numel = span.size // kind.block_bytes * kind.block_size
+        values = dequantize_blocks(kind, span, numel)
+        return Tensor._adopt(values.reshape(found.dims), DType.F32)
+
+    def _lookup(self, name: object) -> _TensorInfo:
+        found = self._tensors.get(name) if type(name) is str else None
+        if found is None:
+            raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
+        return found
+
+    def __repr__(self) -> str:
+        return f"GGUFFile({self._path!r}, version {self._version}, {len(self._tensors)} tensors)"
+
+
+def _copied(value: Any) -> Any:
+    if type(value) is list:
+        return [_copied(item) for item in value] if value and type(value[0]) is list else value[:]
+    return value
+
+
+def open_gguf(path: PathLike) -> GGUFFile:
+    """Open a GGUF file (version 2 or 3, little-endian): validate it whole, map it read-only.
+
+    The file is mapped first (a mapping allocates no memory) and parsed in place;
+    metadata is parsed at once, tensor data is never read until used. A path that cannot be opened
+    raises the OSError unchanged; malformed content is a FormatError (LimitError for
+    caps) naming the file, the key or tensor, and the problem. See the module docstring
+    for every check.
+    """
+    where = label(path)
+    with open(where, "rb") as file:
+        size = file_size(file)
+        raw = map_file(file, size, where)
+    reader = _Reader(raw, where)
+    reader.need(4, "magic")
+    if bytes(reader.buf[0:4]) != b"GGUF":
+        raise FormatError(f"{where}: not a GGUF file (magic {bytes(reader.buf[0:4])!r})")
+    reader.pos = 4
+    version = reader.u32("version")
+    if version not in (2, 3):
+        if int.from_bytes(version.to_bytes(4, "little"), "big") in (2, 3):
+            raise FormatError(f"{where}: big-endian GGUF files are not supported")
+        raise FormatError(f"{where}: GGUF version {version} is not supported (only 2 and 3)")
+    tensor_count = reader.u64("tensor count")
+    kv_count = reader.u64("key-value count")
+    reader.need(
+        kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_BYTES,
+        f"{kv_count} key-value pairs and {tensor_count} tensor infos",
+    )
+    metadata, types = _read_metadata(reader, kv_count)
+    alignment = _alignment(reader, metadata, types)
+    tensors = _read_tensor_infos(reader, tensor_count)
+    data_start = -(-reader.pos // alignment) * alignment
+    _place_tensors(tensors, data_start, alignment, size, where)
+    return GGUFFile(where, version, metadata, {t.name: t for t in tensors}, raw)
+
+
+def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[str, int]]:
+    metadata: dict[str, Any] = {}
+    types: dict[str, int] = {}
+    for i in range(count):
+        key = reader.string(f"key {i}", _MAX_KEY_BYTES)
+        if not key:
+            raise FormatError(f"{reader.where}: key {i} is empty")
+        if key in metadata:
+            raise FormatError(f"{reader.where}: key {key[:80]!r} appears more than once")
+        vtype = reader.u32(f"type of {key[:80]!r}")
+        reader.count_values(1, key[:80])
+        metadata[key] = reader.value(vtype, f"value of {key[:80]!r}")
+        types[key] = vtype
+    return metadata, types
+
+
+def _alignment(reader: _Reader, metadata: dict[str, Any], types: dict[str, int]) -> int:
+    if "general.alignment" not in metadata:
+        return _DEFAULT_ALIGNMENT
+    value = metadata["general.alignment"]
+    if types["general.alignment"] != 4 or value <= 0 or value & (value - 1):
+        raise FormatError(
+            f"{reader.where}: general.alignment must be a non-zero power of two of type "
+            f"UINT32, found {value!r} of type {types['general.alignment']}"
+        )
+    return int(value)
+
+
+def _read_tensor_infos(reader: _Reader, count: int) -> list[_TensorInfo]:
+    tensors: list[_TensorInfo] = []
+    seen: set[str] = set()
+    for i in range(count):
+        name = reader.string(f"tensor {i} name", _MAX_NAME_BYTES)
+        where = f"{reader.where}: tensor {name!r}"
+        if not name or name in seen:
+            raise FormatError(f"{where}: tensor names must be non-empty and unique")
+        seen.add(name)
+        n_dims = reader.u32(f"tensor {name!r} n_dims")
+        if not 1 <= n_dims <= _MAX_DIMS:
+            raise FormatError(f"{where}: n_dims is {n_dims}, expected 1 to {_MAX_DIMS}")
+        reader.need(8 * n_dims, f"tensor {name!r} dims")
+        inner_first = struct.unpack_from(f"<{n_dims}Q", reader.buf, reader.pos)
+        reader.pos += 8 * n_dims
+        type_id = reader.u32(f"tensor {name!r} type")
+        offset = reader.u64(f"tensor {name!r} offset")
+        kind = GGML_TYPES.get(type_id)
+        if kind is None:
+            raise FormatError(f"{where}: unknown ggml type id {type_id}")
+        dims = checked_shape(inner_first[::-1], where)
+        if inner_first[0] % kind.block_size:
+            raise FormatError(
+                f"{where}: innermost dim {inner_first[0]} is not a multiple of the "
+                f"{kind.name} block size {kind.block_size}"
+            )
+        numel = 1
+        for dim in dims:
+            numel *= dim
+        nbytes = numel // kind.block_size * kind.block_bytes
+        # ``begin``/``end`` hold the relative offset until _place_tensors makes them absolute.
+        tensors.append(_TensorInfo(name, dims, kind, offset, offset + nbytes))
+    return tensors
+
+
+def _place_tensors(
+    tensors: list[_TensorInfo], data_start: int, alignment: int, size: int, where: str
+) -> None:
+    for info in tensors:
+        if info.begin % alignment:
+            raise FormatError(
+                f"{where}: tensor {info.name!r} offset {info.begin} is not a multiple of "
+                f"the alignment {alignment}"
+            )
+        info.begin += data_start
+        info.end += data_start
+        if info.end > size:
+            raise FormatError(
+                f"{where}: tensor {info.name!r} spans bytes {info.begin}..{info.end}, "
+                f"past the end of the {size}-byte file"
+            )
+    previous: _TensorInfo | None = None
+    for info in sorted(tensors, key=lambda t: (t.begin, t.end)):
+        if previous is not None and info.begin < previous.end:
+            raise FormatError(f"{where}: tensors {previous.name!r} and {info.name!r} overlap")
+        previous = info

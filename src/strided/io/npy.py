@@ -1,0 +1,174 @@
+"""NumPy ``.npy`` files: memory-mapped reading that never unpickles, atomic writing.
+
+Layout: magic ``\\x93NUMPY``, a version byte pair (1.0, 2.0 or 3.0), a header length
+(u16 for 1.0, u32 otherwise), a header that is a Python dict literal with exactly the
+keys ``descr``, ``fortran_order`` and ``shape``, then the raw elements.
+
+Reading checks, in order: magic and version; the header length against NumPy's cap
+(10,000 bytes) and the file; the header is ASCII and parsed with ``ast.literal_eval``
+(a literal parser: it evaluates nothing); exactly the three keys; ``descr`` a string in
+a closed allow-list of plain little/big-endian numbers and bools (objects, structured,
+strings, datetimes, complex and void dtypes are refused, so nothing is ever unpickled);
+``fortran_order`` a bool; ``shape`` a tuple of ints within MAX_RANK/MAX_ELEMENTS; and
+the data exactly ``numel * itemsize`` bytes to the end of the file. Trailing bytes are
+refused (NumPy ignores them; strided keeps one reading of a file).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import IO, Any
+
+import numpy as np
+
+from .._dtype import DType
+from .._errors import DTypeError, FormatError, LimitError
+from .._tensor import Tensor
+from ._common import (
+    PathLike,
+    atomic_write,
+    checked_shape,
+    file_size,
+    label,
+    map_file,
+    read_exact,
+    write_logical,
+)
+
+__all__ = ["MAX_HEADER_BYTES", "load_npy", "save_npy"]
+
+MAX_HEADER_BYTES = 10_000
+_MAGIC = b"\x93NUMPY"
+_KEYS = frozenset({"descr", "fortran_order", "shape"})
+
+# descr -> (DType, stored byte order is big-endian). A closed table: descr text never
+# reaches np.dtype().
+_DESCR: dict[str, tuple[DType, bool]] = {}
+for _dtype, _code in (
+    (DType.I16, "i2"), (DType.I32, "i4"), (DType.I64, "i8"), (DType.U16, "u2"),
+    (DType.U32, "u4"), (DType.U64, "u8"), (DType.F16, "f2"), (DType.F32, "f4"),
+    (DType.F64, "f8"),
+):  # fmt: skip
+    _DESCR["<" + _code] = (_dtype, False)
+    _DESCR[">" + _code] = (_dtype, True)
+for _dtype, _code in ((DType.BOOL, "b1"), (DType.I8, "i1"), (DType.U8, "u1")):
+    for _order in "|<>":
+        _DESCR[_order + _code] = (_dtype, False)
+# What save_npy writes for each DType (NumPy's own spelling).
+_WRITE_DESCR = {dtype: np.dtype(dtype.numpy).str for dtype, big in _DESCR.values() if not big}
+
+
+def load_npy(path: PathLike) -> Tensor:
+    """The array in a ``.npy`` file as a Tensor, memory-mapped read-only.
+
+    Little-endian C-order data is a zero-copy view of the mapped file; Fortran-order
+    data is a zero-copy (non-contiguous) view with the right logical values;
+    big-endian data is converted to little-endian on copy. Never unpickles. A path
+    that cannot be opened raises the OSError unchanged; content problems are a
+    FormatError or LimitError (DTypeError for a dtype strided cannot represent), naming
+    the file.
+    """
+    where = label(path)
+    with open(where, "rb") as file:
+        size = file_size(file)
+        dtype, big_endian, fortran, dims, data_start = _read_header(file, size, where)
+        numel = 1
+        for dim in dims:
+            numel *= dim
+        expected = numel * dtype.itemsize
+        if data_start + expected != size:
+            raise FormatError(
+                f"{where}: shape {list(dims)} of {dtype.name} needs {expected} data bytes, "
+                f"the file holds {size - data_start}"
+            )
+        raw = map_file(file, size, where)
+    span = raw[data_start:]
+    if dtype is DType.BOOL:
+        bad = np.flatnonzero(span > 1)
+        if bad.size:
+            first = int(bad[0])
+            raise FormatError(f"{where}: BOOL byte {first} is {int(span[first])}, not 0 or 1")
+    stored_dims = dims[::-1] if fortran else dims
+    if big_endian:
+        stored = span.view(dtype.numpy.newbyteorder(">")).reshape(stored_dims)
+        return Tensor._adopt(stored.T if fortran else stored, dtype)
+    view = span.view(dtype.numpy).reshape(stored_dims)
+    # Transposing the reversed-shape view gives the logical array without a copy.
+    return Tensor._wrap(view.T if fortran else view)
+
+
+def _read_header(
+    file: IO[bytes], size: int, where: str
+) -> tuple[DType, bool, bool, tuple[int, ...], int]:
+    if size < 10:
+        raise FormatError(f"{where}: {size} bytes is too short for a .npy file")
+    prefix = read_exact(file, 8, where, "magic")
+    if prefix[:6] != _MAGIC:
+        raise FormatError(f"{where}: not a .npy file (bad magic)")
+    version = (prefix[6], prefix[7])
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise FormatError(f"{where}: .npy version {version[0]}.{version[1]} is not supported")
+    width = 2 if version == (1, 0) else 4
+    length = int.from_bytes(read_exact(file, width, where, "header length"), "little")
+    if length > MAX_HEADER_BYTES:
+        raise LimitError(f"{where}: header of {length} bytes exceeds the cap of {MAX_HEADER_BYTES}")
+    data_start = 8 + width + length
+    if data_start > size:
+        raise FormatError(f"{where}: header length {length} runs past the end of the file")
+    header = read_exact(file, length, where, "header")
+    if not header.isascii():
+        raise FormatError(f"{where}: the header is not ASCII")
+    try:
+        parsed = ast.literal_eval(header.decode("ascii"))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise FormatError(f"{where}: the header is not a Python literal") from None
+    if type(parsed) is not dict or parsed.keys() != _KEYS:
+        raise FormatError(
+            f"{where}: the header must be a dict of exactly descr, fortran_order, shape"
+        )
+    descr, fortran, shape = parsed["descr"], parsed["fortran_order"], parsed["shape"]
+    if type(descr) is not str:
+        raise DTypeError(f"{where}: descr {_short(descr)} is not a plain dtype (structured?)")
+    if descr not in _DESCR:
+        raise DTypeError(f"{where}: dtype {descr[:40]!r} is not supported")
+    if type(fortran) is not bool:
+        raise FormatError(f"{where}: fortran_order must be True or False, found {_short(fortran)}")
+    if type(shape) is not tuple:
+        raise FormatError(f"{where}: shape must be a tuple of ints, found {_short(shape)}")
+    dims = checked_shape(shape, where)
+    dtype, big_endian = _DESCR[descr]
+    return dtype, big_endian, fortran, dims, data_start
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def save_npy(path: PathLike, tensor: Tensor) -> None:
+    """Write ``tensor`` as a version 1.0 ``.npy`` file that ``numpy.load`` reads.
+
+    The data is the tensor's logical row-major elements (C order), so strided views
+    are saved as what they show. BF16 and the FP8 dtypes have no ``.npy`` name (NumPy
+    would write an opaque void type) and are a DTypeError: convert them, or use
+    safetensors. The write is atomic (temporary file renamed onto ``path``).
+    """
+    if not isinstance(tensor, Tensor):
+        raise DTypeError(f"save_npy: expected a Tensor, found {type(tensor).__name__}")
+    descr = _WRITE_DESCR.get(tensor.dtype)
+    if descr is None:
+        raise DTypeError(
+            f"save_npy: {tensor.dtype.name} has no .npy dtype; convert it or use safetensors"
+        )
+    shape = tuple(tensor.shape)
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    # NumPy pads with spaces so the data starts on a 64-byte boundary, then a newline.
+    header = text.encode("ascii") + b" " * (-(len(text) + 11) % 64) + b"\n"
+    array: np.ndarray[Any, Any] = tensor.numpy()
+
+    def write(file: IO[bytes]) -> None:
+        file.write(_MAGIC + b"\x01\x00" + len(header).to_bytes(2, "little"))
+        file.write(header)
+        write_logical(file, array)
+
+    atomic_write(path, write)

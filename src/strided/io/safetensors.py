@@ -1,0 +1,345 @@
+"""safetensors files: zero-copy loading, lazy opening, sharded checkpoints, atomic saving.
+
+Loading memory-maps each file read-only and makes every tensor a view of one flat
+``uint8`` array over the whole mapping; that array is the tensors' shared storage, so
+tensors of one file ``shares_storage`` each other and their ``storage_byte_len`` is the
+file's size, and a tensor's ``offset`` counts its own elements from the start of the
+file (rounded down for a tensor the file places at an offset that is not a multiple of
+its itemsize; such unaligned tensors read correctly). Nothing is read from the data
+region until a tensor's elements are used (BOOL tensors excepted: their bytes are
+checked to be 0 or 1 when the tensor is made).
+The header is validated completely before the file is mapped (see
+``_safetensors_header``). As with any memory map, a file truncated or rewritten in
+place by another process while mapped is outside what a reader can defend against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import numpy as np
+
+from .._dtype import DType
+from .._errors import DTypeError, FormatError, IndexingError, LimitError
+from .._shape import Shape
+from .._tensor import Tensor
+from ._common import PathLike, atomic_write, file_size, label, map_file, read_exact, write_logical
+from ._json import loads_strict
+from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
+
+__all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
+
+# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
+_MAX_INDEX_BYTES = MAX_HEADER_BYTES
+_INDEX_DEPTH = 16
+
+
+class _Shard:
+    """One mapped, validated file."""
+
+    __slots__ = ("entries", "metadata", "raw", "where")
+
+    def __init__(self, path: str) -> None:
+        self.where = path
+        with open(path, "rb") as file:
+            size = file_size(file)
+            entries, self.metadata = parse_header(file, size, path)
+            self.raw = map_file(file, size, path)
+        self.entries = {entry.name: entry for entry in entries}
+
+
+class SafetensorsFile:
+    """A lazily read safetensors file, or a sharded checkpoint opened as one collection.
+
+    Made by ``open_safetensors``. ``keys()`` lists the tensor names (shard by shard, in
+    data order), ``metadata`` is the ``__metadata__`` strings (``{}`` when absent; merged
+    across shards), ``info(name)`` gives the dtype name and shape without touching the
+    data, ``get(name)`` a zero-copy read-only Tensor and ``inspect(name, options)`` its
+    inspection. A name that is not in the file is an IndexingError.
+    """
+
+    __slots__ = ("_entries", "_metadata", "_path")
+
+    def __init__(self, path: str, shards: list[_Shard]) -> None:
+        """Private: use ``open_safetensors``."""
+        self._path = path
+        self._entries: dict[str, tuple[_Shard, Entry]] = {}
+        self._metadata: dict[str, str] = {}
+        for shard in shards:
+            for name, entry in shard.entries.items():
+                if name in self._entries:
+                    other = self._entries[name][0].where
+                    raise FormatError(
+                        f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
+                    )
+                self._entries[name] = (shard, entry)
+            for key, value in shard.metadata.items():
+                if self._metadata.setdefault(key, value) != value:
+                    raise FormatError(
+                        f"{path}: shards disagree on __metadata__[{key[:80]!r}] ({shard.where})"
+                    )
+
+    @property
+    def path(self) -> str:
+        """The path this collection was opened from."""
+        return self._path
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """A copy of the ``__metadata__`` strings (``{}`` when the file has none)."""
+        return dict(self._metadata)
+
+    def keys(self) -> list[str]:
+        """The tensor names, in data order (shard by shard for a sharded checkpoint)."""
+        return list(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def info(self, name: str) -> tuple[str, Shape]:
+        """``(dtype_name, shape)`` of a tensor, from the header alone.
+
+        The dtype name is the file's (``"F32"``, or e.g. ``"F4"`` for dtypes strided
+        cannot represent, which ``get`` refuses).
+        """
+        entry = self._lookup(name)[1]
+        return entry.dtype_name, Shape._trusted(entry.dims)
+
+    def get(self, name: str) -> Tensor:
+        """The tensor ``name`` as a zero-copy, read-only view of the mapped file.
+
+        A dtype the format defines but strided has no DType for (``F4``, ``F6_*``,
+        ``F8_E8M0``, the ``FNUZ`` floats, ``C64``) is a DTypeError; BOOL bytes other than
+        0 and 1 are a FormatError.
+        """
+        shard, entry = self._lookup(name)
+        return _tensor(shard, entry)
+
+    def inspect(self, name: str, options: Any = None) -> Any:
+        """``get(name).inspect(options)``: reads only the sampled elements."""
+        tensor: Any = self.get(name)
+        return tensor.inspect() if options is None else tensor.inspect(options)
+
+    def _lookup(self, name: object) -> tuple[_Shard, Entry]:
+        found = self._entries.get(name) if type(name) is str else None
+        if found is None:
+            raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
+        return found
+
+    def __repr__(self) -> str:
+        return f"SafetensorsFile({self._path!r}, {len(self._entries)} tensors)"
+
+
+def _tensor(shard: _Shard, entry: Entry) -> Tensor:
+    dtype = entry.numpy
+    if dtype is None:
+        raise DTypeError(
+            f"{shard.where}: tensor {entry.name[:80]!r}: dtype {entry.dtype_name} "
+            "has no strided equivalent"
+        )
+    span = shard.raw[entry.begin : entry.end]
+    if entry.dtype is DType.BOOL:
+        bad = np.flatnonzero(span > 1)
+        if bad.size:
+            first = int(bad[0])
+            raise FormatError(
+                f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {first} is "
+                f"{int(span[first])}, not 0 or 1"
+            )
+    # NumPy collapses the view's base onto ``raw``, the flat storage shared by all.
+    return Tensor._wrap(span.view(dtype).reshape(entry.dims))
+
+
+def open_safetensors(path: PathLike) -> SafetensorsFile:
+    """Open a safetensors file lazily: the header is validated and the file mapped.
+
+    ``path`` may also be a directory (every ``*.safetensors`` file in it is a shard) or
+    a ``*.safetensors.index.json`` whose ``weight_map`` names the shards (plain file
+    names in the index's folder; each shard must hold exactly the tensors mapped to it).
+    A tensor name in two shards is a FormatError; the shards' ``__metadata__`` are merged
+    (a key with different values in two shards is a FormatError). A path that cannot
+    be opened raises the OSError unchanged; anything wrong with the content is a
+    FormatError or LimitError naming the file and the tensor.
+    """
+    text = label(path)
+    if os.path.isdir(text):
+        names = sorted(
+            entry.name
+            for entry in os.scandir(text)
+            if entry.name.endswith(".safetensors") and entry.is_file()
+        )
+        if not names:
+            raise FormatError(f"{text}: the folder holds no *.safetensors files")
+        shards = [_Shard(os.path.join(text, name)) for name in names]
+    elif text.endswith(".json"):
+        shards = _index_shards(text)
+    else:
+        shards = [_Shard(text)]
+    return SafetensorsFile(text, shards)
+
+
+def load_safetensors(path: PathLike) -> dict[str, Tensor]:
+    """Every tensor of a safetensors file (or sharded checkpoint), as zero-copy views.
+
+    The file is memory-mapped read-only; no tensor data is copied or read (BOOL tensors
+    are scanned for bytes other than 0 and 1). Raises as ``open_safetensors`` and
+    ``SafetensorsFile.get`` (a dtype strided cannot represent is a DTypeError).
+    """
+    opened = open_safetensors(path)
+    return {name: _tensor(shard, entry) for name, (shard, entry) in opened._entries.items()}
+
+
+def _index_shards(path: str) -> list[_Shard]:
+    with open(path, "rb") as file:
+        size = file_size(file)
+        if size > _MAX_INDEX_BYTES:
+            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {_MAX_INDEX_BYTES}")
+        data = read_exact(file, size, path, "index")
+    index = loads_strict(data, path, _INDEX_DEPTH)
+    if type(index) is not dict:
+        raise FormatError(f"{path}: the index must be a JSON object")
+    unexpected = sorted(key[:40] for key in index if key not in ("metadata", "weight_map"))
+    if unexpected:
+        raise FormatError(f"{path}: unexpected keys {unexpected} (only metadata, weight_map)")
+    if type(index.get("metadata", {})) is not dict:
+        raise FormatError(f"{path}: metadata must be an object")
+    weight_map = index.get("weight_map")
+    if type(weight_map) is not dict or not weight_map:
+        raise FormatError(f"{path}: weight_map must be a non-empty object of name -> shard file")
+    folder = os.path.dirname(os.path.abspath(path))
+    expected: dict[str, set[str]] = {}
+    for name, shard_name in weight_map.items():
+        if not _is_plain_file_name(shard_name):
+            shown = shard_name[:80] if type(shard_name) is str else type(shard_name).__name__
+            raise FormatError(
+                f"{path}: weight_map[{name[:80]!r}] = {shown!r} is not a plain file name "
+                "in the index's folder"
+            )
+        expected.setdefault(shard_name, set()).add(name)
+    shards = []
+    for shard_name in sorted(expected):
+        shard_path = os.path.join(folder, shard_name)
+        if not os.path.isfile(shard_path):
+            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
+        shard = _Shard(shard_path)
+        held = set(shard.entries)
+        if held != expected[shard_name]:
+            missing = sorted(expected[shard_name] - held)[:5]
+            extra = sorted(held - expected[shard_name])[:5]
+            raise FormatError(
+                f"{path}: shard {shard_name!r} does not match weight_map "
+                f"(missing {missing}, not listed {extra})"
+            )
+        shards.append(shard)
+    return shards
+
+
+def _is_plain_file_name(name: object) -> bool:
+    return (
+        type(name) is str
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and os.path.basename(name) == name
+    )
+
+
+def save_safetensors(
+    path: PathLike, tensors: Mapping[str, Tensor], metadata: Mapping[str, str] | None = None
+) -> None:
+    """Write ``tensors`` (name -> Tensor) and optional ``metadata`` strings as safetensors.
+
+    The file is the one the reference library writes for the same tensors (same header
+    order, 8-byte aligned header padded with spaces) and each tensor's logical row-major
+    bytes, so transposed, reversed and sliced views are saved as what they show. Names
+    must be non-empty strings other than ``__metadata__`` (FormatError); values must be
+    Tensors (DTypeError); metadata must map strings to strings (FormatError). The write
+    is atomic: a temporary file in the same folder is renamed onto ``path``, so on any
+    error ``path`` is left as it was.
+    """
+    items = _checked_tensors(tensors)
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header["__metadata__"] = _checked_metadata(metadata)
+    # The reference's order: largest dtype alignment first, then by name.
+    items.sort(key=lambda item: (-REFERENCE_ORDER[item[1].dtype.name], item[0]))
+    offset = 0
+    for name, tensor in items:
+        span = tensor.byte_len
+        header[name] = {
+            "dtype": tensor.dtype.name,
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + span],
+        }
+        offset += span
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    if len(text) > MAX_HEADER_BYTES:
+        raise LimitError(
+            f"save_safetensors: header of {len(text)} bytes exceeds {MAX_HEADER_BYTES}"
+        )
+
+    def write(file: IO[bytes]) -> None:
+        file.write(len(text).to_bytes(8, "little"))
+        file.write(text)
+        for _, tensor in items:
+            write_logical(file, tensor.numpy())
+
+    atomic_write(path, write)
+
+
+def _checked_tensors(tensors: object) -> list[tuple[str, Tensor]]:
+    if not isinstance(tensors, Mapping):
+        raise FormatError(
+            f"save_safetensors: tensors must be a mapping of names to Tensors, "
+            f"found {type(tensors).__name__}"
+        )
+    items = list(tensors.items())
+    for name, tensor in items:
+        if type(name) is not str or not name or name == "__metadata__":
+            raise FormatError(
+                f"save_safetensors: tensor name {str(name)[:80]!r} must be a non-empty "
+                "string other than '__metadata__'"
+            )
+        _check_encodable(name, "tensor name")
+        if not isinstance(tensor, Tensor):
+            raise DTypeError(
+                f"save_safetensors: {name[:80]!r} is a {type(tensor).__name__}, not a Tensor"
+            )
+    return items
+
+
+def _checked_metadata(metadata: object) -> dict[str, str]:
+    if not isinstance(metadata, Mapping):
+        raise FormatError(
+            f"save_safetensors: metadata must map strings to strings, "
+            f"found {type(metadata).__name__}"
+        )
+    checked: dict[str, str] = {}
+    for key, value in metadata.items():
+        if type(key) is not str or type(value) is not str:
+            raise FormatError(
+                f"save_safetensors: metadata must map strings to strings, found "
+                f"{type(key).__name__} -> {type(value).__name__} for {str(key)[:80]!r}"
+            )
+        _check_encodable(key, "metadata key")
+        _check_encodable(value, "metadata value")
+        checked[key] = value
+    return dict(sorted(checked.items()))
+
+
+def _check_encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(f"save_safetensors: {what} {text[:80]!r} is not valid Unicode") from None
