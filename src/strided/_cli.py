@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ._dtype import DType
-from ._errors import DataError
+from ._errors import DataError, DTypeError
 from ._limits import MAX_INSPECTION_SAMPLES
 from ._sources import Entry, Source, open_source
 from ._tensor import Tensor
@@ -39,6 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.run(args))
+    except BrokenPipeError:
+        # The reader went away (``strided inspect ... | head``): not an error of ours.
+        # Point stdout at devnull so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except _Failure as failure:
         print(f"strided: {failure}", file=sys.stderr)
         return 1
@@ -179,11 +185,19 @@ def _group(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["count"] += 1
         group["numel"] += row["numel"]
         group["bytes"] += row["bytes"]
+        if row.get("mean") is not None:
+            # The group's mean weighs each member's sample mean by its sample count.
+            weight = group.get("_weight", 0) + row["sampled"]
+            previous = 0.0 if group["mean"] is None else group["mean"]
+            group["mean"] = previous + (row["mean"] - previous) * row["sampled"] / weight
+            group["_weight"] = weight
         for stat in ("sampled", "nan", "inf", "zeros"):
             if stat in row:
                 group[stat] += row[stat]
         group["min"] = _extreme(group.get("min"), row.get("min"), min)
         group["max"] = _extreme(group.get("max"), row.get("max"), max)
+    for group in groups.values():
+        group.pop("_weight", None)
     return list(groups.values())
 
 
@@ -260,16 +274,22 @@ def _verify(args: argparse.Namespace) -> int:
     problems = []
     progress = Progress(total, "verify")
     done = 0
+    skipped = []
     for entry in source:
-        tensor = source.tensor(entry.name)
+        try:
+            tensor = source.tensor(entry.name)
+        except DTypeError:
+            # Structure is validated; only the values of this type cannot be decoded.
+            skipped.append(f"{entry.name}: {entry.dtype} values not scanned")
+            continue
         nan, inf = _scan(tensor, lambda scanned, base=done: progress.update(base + scanned))
         done += entry.byte_len
         progress.update(done)
         if nan or inf:
             problems.append(f"{entry.name}: {nan} NaN, {inf} inf")
     progress.close()
-    for problem in problems:
-        print(problem)
+    for line in problems + skipped:
+        print(line)
     state = "clean" if not problems else f"{len(problems)} tensors with NaN or inf"
     print(f"{args.path}: {len(source.entries)} tensors, {_bytes(total)}: {state}")
     return 0 if not problems else 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._dtype import DType
 from ._errors import FormatError
 from ._shape import Shape
 from ._tensor import Tensor
@@ -94,27 +95,34 @@ def _safetensors(path: str) -> Source:
     from .io import open_safetensors
 
     handle = open_safetensors(path)
-    entries = [_entry(name, handle.get(name)) for name in handle.keys()]
+    entries = []
+    for name in handle.keys():
+        dtype_name, shape = handle.info(name)
+        dtype = _DTYPES.get(dtype_name)
+        itemsize = dtype.itemsize if dtype is not None else 0
+        entries.append(Entry(name, dtype_name, shape, shape.numel * itemsize, dtype is not None))
     return Source(path, "safetensors", entries, dict(handle.metadata), handle.get)
 
 
 def _gguf(path: str) -> Source:
     from .io import open_gguf
+    from .io._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY
 
+    sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
     handle = open_gguf(path)
     entries = []
     for name in handle.keys():
         type_name, shape = handle.info(name)
-        readable = type_name in _GGUF_DIRECT
-        itemsize = _GGUF_DIRECT.get(type_name, 0)
-        entries.append(Entry(name, type_name, shape, shape.numel * itemsize, readable))
+        block_size, block_bytes = sizes[type_name]
+        byte_len = shape.numel // block_size * block_bytes
+        # Only zero-copy types are sampled: a quantized tensor would be decoded whole.
+        entries.append(Entry(name, type_name, shape, byte_len, type_name in ZERO_COPY))
 
     def load(name: str) -> Tensor:
         type_name, _shape = handle.info(name)
-        return handle.get(name, dequantize=type_name not in _GGUF_DIRECT)
+        return handle.get(name, dequantize=type_name in DEQUANTIZABLE)
 
     return Source(path, "gguf", entries, dict(handle.metadata), load)
 
 
-# GGUF types that map straight onto a strided dtype (zero-copy), with their item sizes.
-_GGUF_DIRECT = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I8": 1, "I16": 2, "I32": 4, "I64": 8}
+_DTYPES = {dtype.name: dtype for dtype in DType}
