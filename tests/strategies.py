@@ -42,7 +42,9 @@ def basic_indices(draw: hs.DrawFn, shape: tuple[int, ...]) -> Any:
     items: list[Any] = []
     axis = 0
     used_ellipsis = False
-    while axis < len(shape) and draw(hs.booleans()):
+    # Items after an Ellipsis index the *last* axes, so once one is placed the rest must
+    # run through to the final axis.
+    while axis < len(shape) and (used_ellipsis or draw(hs.booleans())):
         choice = draw(hs.integers(0, 9))
         if choice <= 1 and shape[axis] > 0:
             items.append(draw(hs.integers(-shape[axis], shape[axis] - 1)))

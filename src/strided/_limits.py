@@ -28,7 +28,7 @@ def to_dim(value: object, what: str = "dim") -> int:
                 f"{what} must be an int, found {type(value).__name__} {_short(value)}"
             ) from None
     if dim < 0:
-        raise ShapeError(f"{what} must be non-negative, found {dim}")
+        raise ShapeError(f"{what} must be non-negative, found {_int_text(dim)}")
     return dim
 
 
@@ -50,14 +50,25 @@ def check_dims(dims: object, what: str = "shape") -> tuple[int, ...]:
         if dim:
             nonzero_product *= dim
             if nonzero_product > MAX_ELEMENTS:
+                dims_text = ", ".join(_int_text(d) for d in [*result, dim])
                 raise LimitError(
                     f"{what}: more than MAX_ELEMENTS ({MAX_ELEMENTS}) elements "
-                    f"(dims so far {[*result, dim]})"
+                    f"(dims so far [{dims_text}])"
                 )
         result.append(dim)
     return tuple(result)
 
 
+def _int_text(value: int) -> str:
+    # str() of an int over 4300 digits raises ValueError: describe huge ones by size.
+    if value.bit_length() > 64:
+        return f"<{value.bit_length()}-bit int>"
+    return str(value)
+
+
 def _short(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."

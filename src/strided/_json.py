@@ -1,0 +1,198 @@
+"""The JSON document ``{"dtype": ..., "shape": [...], "data": [...]}``: writing and strict reading.
+
+Reading distrusts its input (HOSTILE_INPUT.md): bytes must be UTF-8; a document with
+more than ``_MAX_BRACKETS`` ``[``/``{`` is refused before ``json.loads`` runs (a tensor
+document has exactly three, so no JSON nesting can make the parser recurse); repeated
+keys and the non-JSON tokens ``NaN``/``Infinity`` are errors; the dtype must be the
+canonical name; the shape is checked against the limits before anything is sized by
+it; ``len(data)`` must equal the element count before any entry is converted. So the
+work and memory are bounded by the document's length.
+
+Documents exactly as ``to_json`` writes them (compact, keys in order, no escapes) take a
+fast path that never builds the list of Python strings: the data array's bytes go
+straight to the bulk parser, which accepts them only if they are exactly the expected
+number of well-formed entries, so it returns what the full path would. Anything else
+goes through ``json.loads`` and the same checks, which find and name the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from ._bulk_format import format_flat
+from ._bulk_parse import parse_list, parse_quoted
+from ._dtype import DType
+from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
+from ._limits import MAX_ELEMENTS, MAX_RANK, check_dims
+
+__all__ = ["document", "dumps", "from_document", "loads"]
+
+_KEYS = ("dtype", "shape", "data")
+_CANONICAL = {dtype.name: dtype for dtype in DType}
+_MAX_BRACKETS = 64
+_FAST_HEAD = re.compile(
+    rb'\{"dtype":"([A-Z0-9_]{1,8})","shape":\['
+    rb"((?:0|[1-9][0-9]{0,18})(?:,(?:0|[1-9][0-9]{0,18})){0,31})?"
+    rb'\],"data":\['
+)
+
+
+def document(dtype: DType, flat: np.ndarray, dims: tuple[int, ...]) -> dict[str, Any]:
+    """The ``to_dict`` form of a flat row-major array."""
+    body = format_flat(flat, dtype)
+    return {"dtype": dtype.name, "shape": list(dims), "data": body.split(",") if body else []}
+
+
+def dumps(dtype: DType, flat: np.ndarray, dims: tuple[int, ...]) -> str:
+    """The compact JSON text of a flat row-major array (canonical strings need no escapes)."""
+    body = format_flat(flat, dtype)
+    data = '["' + body.replace(",", '","') + '"]' if body else "[]"
+    shape = ",".join(map(str, dims))
+    return f'{{"dtype":"{dtype.name}","shape":[{shape}],"data":{data}}}'
+
+
+def loads(text: object) -> tuple[DType, tuple[int, ...], np.ndarray]:
+    """Parse a JSON document (str or UTF-8 bytes) into (dtype, dims, fresh flat array)."""
+    source: str | bytes
+    if isinstance(text, str):
+        source = text.encode("ascii") if text.isascii() else text
+    elif isinstance(text, (bytes, bytearray, memoryview)):
+        source = bytes(text)
+    else:
+        raise FormatError(f"from_json: expected str or bytes, found {type(text).__name__}")
+    if isinstance(source, bytes):
+        fast = _fast_path(source)
+        if fast is not None:
+            return fast
+    return from_document(_parse_json(source))
+
+
+def from_document(obj: object) -> tuple[DType, tuple[int, ...], np.ndarray]:
+    """Validate a ``to_dict``-shaped object into (dtype, dims, fresh flat array)."""
+    dtype, dims, data = _validate(obj)
+    return dtype, dims, parse_list(dtype, data)
+
+
+# -- reading -----------------------------------------------------------------------
+
+
+def _fast_path(raw: bytes) -> tuple[DType, tuple[int, ...], np.ndarray] | None:
+    """The result for a document exactly in ``to_json``'s layout, else None."""
+    head = _FAST_HEAD.match(raw)
+    if head is None or not raw.endswith(b"]}"):
+        return None
+    dtype = _CANONICAL.get(head[1].decode("ascii"))
+    if dtype is None:
+        return None
+    try:
+        dims = check_dims([int(dim) for dim in head[2].split(b",")] if head[2] else [])
+    except DataError:
+        return None  # the full path reports it, in its order of checks
+    count = 1
+    for dim in dims:
+        count *= dim
+    start, end = head.end(), len(raw) - 2  # the data array's inside: "t1","t2",...
+    if count == 0:
+        return (dtype, dims, np.empty(0, dtype=dtype.numpy)) if start == end else None
+    # Each entry takes at least 4 bytes: a character, two quotes and a comma (or bracket).
+    if end - start < 4 * count - 1 or raw[start] != ord('"') or raw[end - 1] != ord('"'):
+        return None
+    flat = parse_quoted(dtype, raw[start + 1 : end - 1], count)
+    return None if flat is None else (dtype, dims, flat)
+
+
+def _parse_json(text: str | bytes) -> object:
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise FormatError(f"from_json: invalid UTF-8 at byte {error.start}") from None
+    brackets = text.count("[") + text.count("{")
+    if brackets > _MAX_BRACKETS:
+        raise FormatError(
+            f"from_json: {brackets} '[' and '{{' found; a tensor document has one object "
+            "and two arrays, and no nesting"
+        )
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except DataError:
+        raise
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, int digit limit
+        raise FormatError(f"from_json: not valid JSON: {str(error)[:200]}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise FormatError(f"from_json: key {key[:40]!r} appears more than once")
+        result[key] = value
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise FormatError(f'from_json: {name} is not JSON (write numbers as strings: "nan", "inf")')
+
+
+def _validate(obj: object) -> tuple[DType, tuple[int, ...], list[Any]]:
+    if not isinstance(obj, dict):
+        raise FormatError(
+            f"expected an object with keys dtype, shape, data; found {type(obj).__name__}"
+        )
+    if set(obj) != set(_KEYS) or len(obj) != 3:
+        missing = [key for key in _KEYS if key not in obj]
+        extra = [key for key in obj if key not in _KEYS]
+        raise FormatError(
+            f"expected exactly the keys dtype, shape, data; missing {missing}, "
+            f"unexpected {[repr(key)[:40] for key in extra[:5]]}"
+        )
+    dtype = _check_dtype(obj["dtype"])
+    dims = _check_shape(obj["shape"])
+    data = obj["data"]
+    if not isinstance(data, list):
+        raise FormatError(f"data must be a list of strings, found {type(data).__name__}")
+    count = 1
+    for dim in dims:
+        count *= dim
+    if len(data) != count:
+        raise FormatError(f"data has {len(data)} entries; shape {list(dims)} needs {count}")
+    return dtype, dims, data
+
+
+def _check_dtype(name: object) -> DType:
+    if not isinstance(name, str):
+        raise DTypeError(f"dtype must be a string, found {type(name).__name__}")
+    dtype = _CANONICAL.get(name)
+    if dtype is None:
+        hint = ""
+        try:
+            hint = f" (did you mean {DType.parse(name).name!r}?)"
+        except DataError:
+            pass
+        raise DTypeError(
+            f"dtype must be a canonical name as to_json writes it ({', '.join(_CANONICAL)}), "
+            f"found {name[:40]!r}{hint}"
+        )
+    return dtype
+
+
+def _check_shape(shape: object) -> tuple[int, ...]:
+    if not isinstance(shape, list):
+        raise ShapeError(f"shape must be a list of ints, found {type(shape).__name__}")
+    if len(shape) > MAX_RANK:
+        raise LimitError(f"shape: rank {len(shape)} exceeds MAX_RANK ({MAX_RANK})")
+    for index, dim in enumerate(shape):
+        if type(dim) is not int:  # JSON ints only: no bool, no 2.0, no str
+            raise ShapeError(
+                f"shape[{index}] must be an int, found {type(dim).__name__} {dim!r:.40}"
+            )
+        # Checked here so that no message ever has to print a huge int (str() refuses).
+        if dim < 0:
+            raise ShapeError(f"shape[{index}] must be non-negative")
+        if dim > MAX_ELEMENTS:
+            raise LimitError(f"shape[{index}] exceeds MAX_ELEMENTS ({MAX_ELEMENTS})")
+    return check_dims(shape)
