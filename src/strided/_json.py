@@ -17,7 +17,6 @@ goes through ``json.loads`` and the same checks, which find and name the problem
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -28,6 +27,7 @@ from ._bulk_parse import parse_list, parse_quoted
 from ._dtype import DType
 from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
 from ._limits import MAX_ELEMENTS, MAX_RANK, check_dims
+from ._strict_json import loads_strict
 
 __all__ = ["document", "dumps", "from_document", "loads"]
 
@@ -106,36 +106,14 @@ def _fast_path(raw: bytes) -> tuple[DType, tuple[int, ...], np.ndarray] | None:
 
 
 def _parse_json(text: str | bytes) -> object:
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise FormatError(f"from_json: invalid UTF-8 at byte {error.start}") from None
-    brackets = text.count("[") + text.count("{")
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    brackets = raw.count(b"[") + raw.count(b"{")
     if brackets > _MAX_BRACKETS:
         raise FormatError(
             f"from_json: {brackets} '[' and '{{' found; a tensor document has one object "
             "and two arrays, and no nesting"
         )
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except DataError:
-        raise
-    except (ValueError, RecursionError) as error:  # JSONDecodeError, int digit limit
-        raise FormatError(f"from_json: not valid JSON: {str(error)[:200]}") from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise FormatError(f"from_json: key {key[:40]!r} appears more than once")
-        result[key] = value
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise FormatError(f'from_json: {name} is not JSON (write numbers as strings: "nan", "inf")')
+    return loads_strict(raw, "from_json", max_depth=_MAX_BRACKETS)
 
 
 def _validate(obj: object) -> tuple[DType, tuple[int, ...], list[Any]]:

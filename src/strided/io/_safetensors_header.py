@@ -19,8 +19,8 @@ from typing import IO, Any
 from .._dtype import DType
 from .._errors import FormatError, LimitError
 from .._limits import MAX_ELEMENTS, MAX_RANK
+from .._strict_json import loads_strict
 from ._common import checked_shape, read_exact
-from ._json import loads_strict
 
 __all__ = ["DTYPE_BITS", "MAX_HEADER_BYTES", "REFERENCE_ORDER", "Entry", "parse_header"]
 

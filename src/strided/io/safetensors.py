@@ -25,9 +25,9 @@ import numpy as np
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._shape import Shape
+from .._strict_json import loads_strict
 from .._tensor import Tensor
 from ._common import PathLike, atomic_write, file_size, label, map_file, read_exact, write_logical
-from ._json import loads_strict
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError
+from ._errors import FormatError
 
 __all__ = ["loads_strict"]
 
@@ -92,7 +92,7 @@ def loads_strict(data: bytes, where: str, max_depth: int) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(f"{where}: not valid UTF-8 (byte {exc.start})") from None
+        raise FormatError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
     _check_depth(data, max_depth, where)
     try:
         hook = _checked_object if b"\\u" in data else _object
