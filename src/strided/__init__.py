@@ -1,5 +1,6 @@
 """strided: immutable, exact, strided tensors for machine-learning inference data."""
 
+from ._arith import BinaryOp
 from ._dtype import DType
 from ._errors import (
     DataError,
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_INSPECTION_SAMPLES",
     "MAX_RANK",
+    "BinaryOp",
     "DType",
     "DTypeError",
     "DataError",
