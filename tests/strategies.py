@@ -65,3 +65,34 @@ def basic_indices(draw: hs.DrawFn, shape: tuple[int, ...]) -> Any:
     if len(items) == 1 and draw(hs.booleans()):
         return items[0]
     return tuple(items)
+
+
+LAYOUTS = ("contiguous", "transposed", "reversed", "stepped")
+
+
+@hs.composite
+def laid_out(
+    draw: hs.DrawFn, max_rank: int = 4, dtype: st.DType | None = None, max_dim: int = 4
+) -> tuple[st.Tensor, np.ndarray]:
+    """A tensor in one of four layouts (contiguous, transposed, reversed, stepped) and the
+    NumPy view holding the same logical values."""
+    dtype = dtype if dtype is not None else draw(dtypes())
+    shape = draw(shapes(0, max_rank, max_dim))
+    layout = draw(hs.sampled_from(LAYOUTS))
+    if layout == "transposed":
+        base = draw(arrays(dtype, shape[::-1]))
+        tensor, view = st.Tensor.from_numpy(base).transpose(), base.T
+    elif layout == "reversed":
+        base = draw(arrays(dtype, shape))
+        key = (slice(None, None, -1),) * len(shape)
+        tensor, view = st.Tensor.from_numpy(base)[key], base[(*key, ...)]
+    elif layout == "stepped":
+        base = draw(arrays(dtype, tuple(2 * dim for dim in shape)))
+        key = (slice(None, None, -2),) * len(shape)
+        tensor, view = st.Tensor.from_numpy(base)[key], base[(*key, ...)]
+    else:
+        view = draw(arrays(dtype, shape))
+        tensor = st.Tensor.from_numpy(view)
+    assert tensor.shape == view.shape
+    assert tensor.to_le_bytes() == view.tobytes()
+    return tensor, view

@@ -508,4 +508,4 @@ def test_f32_shortest_matches_numpy_and_search(bits: int) -> None:
 def test_generic_search_reproduces_python_repr(x: float) -> None:
     """The generic digit search (used for BF16/FP8) gives exactly repr() on F64."""
     digits, exp10 = _floats._search_shortest.__wrapped__(D.F64, abs(x))
-    assert ("-" if x < 0 else "") + _floats._render(digits, exp10) == repr(x)
+    assert _floats.render(x < 0, digits, exp10) == repr(x)

@@ -20,27 +20,15 @@ from hypothesis import strategies as hs
 
 import strided as st
 
-from .strategies import arrays, basic_indices, dtypes, shapes
+from .strategies import basic_indices, laid_out
 
 F32 = st.DType.F32
 
 
 @hs.composite
 def views(draw: hs.DrawFn) -> tuple[st.Tensor, np.ndarray]:
-    """A tensor (contiguous, transposed, reversed or sliced) and the equal NumPy view."""
-    dtype = draw(dtypes())
-    shape = draw(shapes(0, 4, 6))
-    layout = draw(hs.sampled_from(("contiguous", "transposed", "reversed")))
-    if layout == "transposed":
-        base = draw(arrays(dtype, shape[::-1]))
-        tensor, view = st.Tensor.from_numpy(base).transpose(), base.T
-    elif layout == "reversed":
-        base = draw(arrays(dtype, shape))
-        key = (slice(None, None, -1),) * len(shape)
-        tensor, view = st.Tensor.from_numpy(base)[key], base[(*key, ...)]
-    else:
-        view = draw(arrays(dtype, shape))
-        tensor = st.Tensor.from_numpy(view)
+    """A laid-out tensor, sometimes sliced further, and the equal NumPy view."""
+    tensor, view = draw(laid_out(max_dim=6))
     if draw(hs.booleans()):
         index = draw(basic_indices(view.shape))
         items = index if type(index) is tuple else (index,)

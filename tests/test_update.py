@@ -18,9 +18,7 @@ from hypothesis import strategies as hs
 
 import strided as st
 
-from .strategies import arrays, basic_indices, dtypes, shapes
-
-LAYOUTS = ("contiguous", "transposed", "reversed", "stepped")
+from .strategies import arrays, basic_indices, laid_out
 
 
 def view_key(index: Any) -> tuple[Any, ...]:
@@ -29,33 +27,6 @@ def view_key(index: Any) -> tuple[Any, ...]:
     if not any(item is Ellipsis for item in items):
         items = (*items, Ellipsis)
     return items
-
-
-@hs.composite
-def sources(
-    draw: hs.DrawFn, max_rank: int = 4, dtype: st.DType | None = None
-) -> tuple[st.Tensor, np.ndarray]:
-    """A tensor in one of four layouts and the NumPy view holding the same logical values."""
-    dtype = dtype if dtype is not None else draw(dtypes())
-    shape = draw(shapes(0, max_rank, 4))
-    layout = draw(hs.sampled_from(LAYOUTS))
-    if layout == "transposed":
-        base = draw(arrays(dtype, shape[::-1]))
-        tensor, view = st.Tensor.from_numpy(base).transpose(), base.T
-    elif layout == "reversed":
-        base = draw(arrays(dtype, shape))
-        key = (slice(None, None, -1),) * len(shape)
-        tensor, view = st.Tensor.from_numpy(base)[key], base[(*key, ...)]
-    elif layout == "stepped":
-        base = draw(arrays(dtype, tuple(2 * dim for dim in shape)))
-        key = (slice(None, None, -2),) * len(shape)
-        tensor, view = st.Tensor.from_numpy(base)[key], base[(*key, ...)]
-    else:
-        view = draw(arrays(dtype, shape))
-        tensor = st.Tensor.from_numpy(view)
-    assert tensor.shape == view.shape
-    assert tensor.to_le_bytes() == view.tobytes()
-    return tensor, view
 
 
 @hs.composite
@@ -100,7 +71,7 @@ def assert_result(result: st.Tensor, expected: np.ndarray, bitwise: bool) -> Non
 @settings(max_examples=300, deadline=None)
 @given(hs.data())
 def test_with_slice_matches_numpy_copy_then_assign(data: hs.DataObject) -> None:
-    tensor, view = data.draw(sources())
+    tensor, view = data.draw(laid_out())
     before = tensor.to_le_bytes()
     index = data.draw(basic_indices(view.shape))
     selection = view[view_key(index)].shape
@@ -119,7 +90,7 @@ def test_with_slice_matches_numpy_copy_then_assign(data: hs.DataObject) -> None:
 @settings(max_examples=300, deadline=None)
 @given(hs.data())
 def test_with_index_path_matches_numpy_chained_assign(data: hs.DataObject) -> None:
-    tensor, view = data.draw(sources())
+    tensor, view = data.draw(laid_out())
     before = tensor.to_le_bytes()
     path: list[Any] = []
     expected = view.copy()
@@ -141,7 +112,7 @@ def test_with_index_path_matches_numpy_chained_assign(data: hs.DataObject) -> No
 @settings(max_examples=150, deadline=None)
 @given(hs.data())
 def test_replacement_sharing_the_source_storage(data: hs.DataObject) -> None:
-    tensor, view = data.draw(sources())
+    tensor, view = data.draw(laid_out())
     before = tensor.to_le_bytes()
     index = data.draw(basic_indices(view.shape))
     selected_view = view[view_key(index)]

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _checked
+from ._base import TensorInternals
 from ._convert import convert_array, narrow, widen
-from ._dtype import DType
+from ._dtype import DType, as_dtype
 from ._errors import DTypeError, LimitError
 from ._limits import check_dims
 from ._scalar import Scalar
@@ -26,7 +27,7 @@ from ._scalar import Scalar
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["ArithMethods", "BinaryOp", "as_dtype", "check_arithmetic", "memory_guard"]
+__all__ = ["ArithMethods", "BinaryOp", "check_arithmetic", "memory_guard"]
 
 
 class BinaryOp(enum.Enum):
@@ -87,15 +88,6 @@ _BITWISE_UFUNCS = {
 _CHECKED = {BinaryOp.ADD: "add", BinaryOp.SUB: "sub", BinaryOp.MUL: "mul"}
 _BOOL_OPS = frozenset({BinaryOp.EQ, BinaryOp.NE, *_BITWISE_UFUNCS})
 _BY_NAME = {op.name: op for op in BinaryOp} | {op.value.upper(): op for op in BinaryOp}
-
-
-def as_dtype(dtype: object) -> DType:
-    """A DType from a DType or its name (DTypeError otherwise)."""
-    if isinstance(dtype, DType):
-        return dtype
-    if isinstance(dtype, str):
-        return DType.parse(dtype)
-    raise DTypeError(f"expected a DType, found {type(dtype).__name__}")
 
 
 def check_arithmetic(what: str, dtype: DType) -> None:
@@ -201,7 +193,7 @@ def _int_op(
     return np.asarray(_BITWISE_UFUNCS[op](a, b, order="C"))
 
 
-class ArithMethods:
+class ArithMethods(TensorInternals):
     """Mixin of Tensor: element-wise arithmetic, comparisons and convert (BinaryOp)."""
 
     __slots__ = ()
@@ -209,15 +201,6 @@ class ArithMethods:
     # NumPy must not turn ``ndarray + tensor`` or ``np.float32(2) * tensor`` into an
     # unchecked ndarray: this makes NumPy defer to our reflected operators instead.
     __array_ufunc__ = None
-
-    if TYPE_CHECKING:
-        _array: np.ndarray
-
-        @property
-        def _dtype(self) -> DType: ...
-
-        @classmethod
-        def _adopt(cls, array: np.ndarray, dtype: DType) -> Tensor: ...
 
     def binary(self, op: BinaryOp, rhs: Tensor) -> Tensor:
         """``op`` element-wise with ``rhs``, a tensor of the same dtype; shapes broadcast.

@@ -30,14 +30,14 @@ import ml_dtypes
 import numpy as np
 
 from ._dtype import DType
-from ._floats import shortest_text
+from ._floats import render, shortest_text
 
 try:
     import orjson
 except ImportError:  # optional: the exact per-element paths below are used instead
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["format_flat", "render"]
+__all__ = ["format_flat"]
 
 _NUMPY_OPTION = orjson.OPT_SERIALIZE_NUMPY if orjson is not None else 0
 _BOOL_TEXT = np.array(["false", "true"], dtype=object)
@@ -61,21 +61,6 @@ def format_flat(flat: np.ndarray, dtype: DType) -> str:
     if dtype is DType.F32 or dtype is DType.F64:
         return _format_wide(flat, dtype)
     return _format_small(flat, dtype)
-
-
-def render(negative: bool, digits: str, exp10: int) -> str:
-    """Python's float ``repr`` layout of ``0.d1d2d3... * 10**(exp10 + 1)``.
-
-    ``digits`` are the significant digits without leading or trailing zeros.
-    """
-    sign = "-" if negative else ""
-    if exp10 < -4 or exp10 >= 16:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{exp10:+03d}"
-    if exp10 >= 0:
-        whole = digits[: exp10 + 1].ljust(exp10 + 1, "0")
-        return f"{sign}{whole}.{digits[exp10 + 1 :] or '0'}"
-    return f"{sign}0.{'0' * (-exp10 - 1)}{digits}"
 
 
 # -- orjson ------------------------------------------------------------------------

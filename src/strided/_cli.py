@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from ._dtype import DType
 from ._errors import DataError, DTypeError
@@ -364,4 +364,8 @@ def _write(kind: str, path: str, tensors: dict[str, Tensor], metadata: dict[str,
         save_npy(path, tensor)
     else:
         text = tensor.to_json().encode()
-        atomic_write(path, lambda handle: handle.write(text))
+
+        def write(handle: IO[bytes]) -> None:
+            handle.write(text)
+
+        atomic_write(path, write)

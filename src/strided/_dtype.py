@@ -13,7 +13,7 @@ from ._errors import DTypeError
 if TYPE_CHECKING:
     from ._scalar import Scalar
 
-__all__ = ["DType"]
+__all__ = ["DType", "as_dtype"]
 
 
 class DType(enum.Enum):
@@ -168,5 +168,14 @@ def _range(dtype: DType) -> tuple[int | float | bool, int | float | bool]:
     if dtype.is_integer:
         info = np.iinfo(dtype.numpy)
         return int(info.min), int(info.max)
-    finfo = ml_dtypes.finfo(dtype.numpy)
+    finfo = ml_dtypes.finfo(dtype.numpy)  # type: ignore[no-untyped-call]
     return float(finfo.min), float(finfo.max)
+
+
+def as_dtype(dtype: object) -> DType:
+    """A DType given as itself or by name (``DType.parse`` rules); DTypeError otherwise."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return DType.parse(dtype)
+    raise DTypeError(f"expected a DType, found {type(dtype).__name__}")

@@ -21,7 +21,7 @@ import numpy as np
 from ._dtype import DType
 from ._errors import DTypeError, FormatError, LimitError, RangeError
 
-__all__ = ["MAX_DIGITS", "parse_float", "round_exact", "shortest_text"]
+__all__ = ["MAX_DIGITS", "parse_float", "render", "round_exact", "shortest_text"]
 
 MAX_DIGITS = 4300
 """Most digits a numeric text may hold (Python's own int-from-str limit); more is LimitError."""
@@ -244,7 +244,7 @@ def shortest_text(dtype: DType, value: float) -> str:
         exp10 = int(exponent)
     else:
         digits, exp10 = _search_shortest(dtype, abs(value))
-    return ("-" if value < 0 else "") + _render(digits, exp10)
+    return render(value < 0, digits, exp10)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # holds every BF16 value: bulk text stays fast
@@ -280,12 +280,17 @@ def _search_shortest(dtype: DType, value: float) -> tuple[str, int]:
         count += 1
 
 
-def _render(digits: str, exp10: int) -> str:
-    """Python's float repr layout for ``0.d1d2d3... * 10**(exp10 + 1)``."""
+def render(negative: bool, digits: str, exp10: int) -> str:
+    """Python's float ``repr`` layout of ``0.d1d2d3... * 10**(exp10 + 1)``.
+
+    ``digits`` are the significant digits without leading or trailing zeros; Python
+    switches to exponent form when the decimal exponent is below -4 or at least 16.
+    """
+    sign = "-" if negative else ""
     if exp10 < -4 or exp10 >= 16:
         mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{mantissa}e{exp10:+03d}"
+        return f"{sign}{mantissa}e{exp10:+03d}"
     if exp10 >= 0:
         whole = digits[: exp10 + 1].ljust(exp10 + 1, "0")
-        return f"{whole}.{digits[exp10 + 1 :] or '0'}"
-    return "0." + "0" * (-exp10 - 1) + digits
+        return f"{sign}{whole}.{digits[exp10 + 1 :] or '0'}"
+    return f"{sign}0.{'0' * (-exp10 - 1)}{digits}"

@@ -73,18 +73,21 @@ def apply(array: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
     """Apply a normalized key to a NumPy array, translating NumPy's errors."""
     try:
         view = array[key]
-    except (IndexError, ValueError, TypeError, OverflowError) as error:
+    except Exception as error:  # slices may hold objects whose __index__ raises anything
         new_axes = sum(1 for item in key if item is None)
         if array.ndim + new_axes > MAX_RANK:
             raise LimitError(f"index: result would exceed MAX_RANK ({MAX_RANK})") from None
         raise IndexingError(f"index {_describe(key)}: {error}") from None
     if view.ndim > MAX_RANK:
         raise LimitError(f"index: result rank {view.ndim} exceeds MAX_RANK ({MAX_RANK})")
-    return view
+    return view  # type: ignore[no-any-return]
 
 
 def _describe(key: tuple[Any, ...]) -> str:
-    parts = [_item_text(item) for item in key]
+    try:
+        parts = [_item_text(item) for item in key]
+    except Exception:  # a hostile __repr__ must not replace our error with its own
+        return "(unprintable)"
     if parts and parts[-1] == "..." and key.count(Ellipsis) == 1:
         parts.pop()
     text = "[" + ", ".join(parts) + "]"

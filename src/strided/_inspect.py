@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ._base import TensorInternals
 from ._dtype import DType
 from ._errors import DTypeError, FormatError
 from ._limits import MAX_INSPECTION_SAMPLES, to_dim
@@ -90,7 +91,7 @@ class TensorInspection:
     mean: float | None
 
 
-class InspectMethods:
+class InspectMethods(TensorInternals):
     """Mixin of Tensor: ``inspect``."""
 
     __slots__ = ()
@@ -147,14 +148,17 @@ def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The elements at flat logical ``positions``, touching only those elements.
 
     Index arrays from ``np.unravel_index`` address the view through its own shape and
-    strides. (``array.flat[positions]`` looks equivalent but, on a read-only array over
-    a memory map, NumPy reads every page of it: a 512 MiB tensor became 490 MiB of RSS.)
+    strides. Over a memory-mapped file each sample still faults in its page, and the
+    kernel's read-ahead maps neighbouring pages too: "head" touches a few pages, while
+    "spread" over a huge file can map a large part of it (the bytes are not copied).
     """
     if array.ndim == 0:
-        return array.reshape(1)[positions]
-    if array.ndim == 1:
-        return array[positions]
-    return array[np.unravel_index(positions, array.shape)]
+        gathered = array.reshape(1)[positions]
+    elif array.ndim == 1:
+        gathered = array[positions]
+    else:
+        gathered = array[np.unravel_index(positions, array.shape)]
+    return gathered  # type: ignore[no-any-return]
 
 
 def _positions(strategy: str, count: int, numel: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._arith import ArithMethods, check_arithmetic, memory_guard
+from ._base import TensorInternals
 from ._checked import CHUNK, first_index, int_range
 from ._convert import cast, widen
 from ._dtype import DType
@@ -33,19 +34,10 @@ _EXACT_TERMS = 1 << 31  # a 64-bit accumulator of 32-bit values is exact this fa
 _add = np.add.reduce
 
 
-class ReduceMethods:
+class ReduceMethods(TensorInternals):
     """Mixin of Tensor: sum and matmul."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-        _array: np.ndarray
-
-        @property
-        def _dtype(self) -> DType: ...
-
-        @classmethod
-        def _adopt(cls, array: np.ndarray, dtype: DType) -> Tensor: ...
 
     def sum(
         self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False

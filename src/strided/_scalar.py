@@ -264,5 +264,5 @@ class Scalar:
 
 
 _new = object.__new__
-_set_dtype = Scalar._dtype.__set__  # type: ignore[attr-defined]
-_set_value = Scalar._value.__set__  # type: ignore[attr-defined]
+_set_dtype = Scalar.__dict__["_dtype"].__set__
+_set_value = Scalar.__dict__["_value"].__set__

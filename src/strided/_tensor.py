@@ -26,7 +26,7 @@ from ._construct import (
     storage_from_bytes,
     storage_from_values,
 )
-from ._dtype import DType
+from ._dtype import DType, as_dtype
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
 from ._limits import MAX_RANK, check_dims
@@ -42,14 +42,6 @@ _SETITEM_HINT = (
     "Tensor is immutable; use t.with_slice(index, value) or t.at[index].set(value), "
     "which return a new tensor"
 )
-
-
-def _as_dtype(dtype: object) -> DType:
-    if isinstance(dtype, DType):
-        return dtype
-    if isinstance(dtype, str):
-        return DType.parse(dtype)
-    raise DTypeError(f"expected a DType, found {type(dtype).__name__}")
 
 
 class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods):
@@ -116,7 +108,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         shared without copying; anything writable is copied first. BOOL bytes other than
         0 and 1 are FormatError, so bytes round-trip exactly.
         """
-        dt = _as_dtype(dtype)
+        dt = as_dtype(dtype)
         dims = check_dims(shape)
         storage = storage_from_bytes(dt, dims, data)
         return cls._wrap(storage.reshape(dims))
@@ -129,20 +121,20 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
         The count must equal the shape's element count (ShapeError otherwise).
         """
-        dt = _as_dtype(dtype)
+        dt = as_dtype(dtype)
         dims = check_dims(shape)
         return cls._adopt(storage_from_values(dt, dims, values).reshape(dims), dt)
 
     @classmethod
     def zeros(cls, dtype: DType | str, shape: Iterable[SupportsIndex]) -> Tensor:
         """A tensor of zeros (``false`` for BOOL)."""
-        dt = _as_dtype(dtype)
+        dt = as_dtype(dtype)
         return cls._adopt(np.zeros(check_dims(shape), dtype=dt.numpy), dt)
 
     @classmethod
     def full(cls, dtype: DType | str, shape: Iterable[SupportsIndex], value: object) -> Tensor:
         """A tensor with every element ``Scalar(dtype, value)``."""
-        dt = _as_dtype(dtype)
+        dt = as_dtype(dtype)
         dims = check_dims(shape)
         exact = Scalar(dt, value).value
         return cls._adopt(np.full(dims, exact, dtype=dt.numpy), dt)
@@ -167,7 +159,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         result = cls._adopt(copied, own)
         if dtype is None:
             return result
-        return result.convert(_as_dtype(dtype))
+        return result.convert(as_dtype(dtype))
 
     # -- properties ------------------------------------------------------------------
 
@@ -192,7 +184,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """Element offset of the first logical element into the storage."""
         start = self._array.__array_interface__["data"][0]
         base = self._storage.__array_interface__["data"][0]
-        return (start - base) // self._array.itemsize
+        return int(start - base) // self._array.itemsize
 
     @property
     def ndim(self) -> int:
@@ -227,7 +219,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     def __len__(self) -> int:
         if not self._array.ndim:
             raise TypeError("len() of a rank-0 tensor")
-        return self._array.shape[0]
+        return int(self._array.shape[0])
 
     def __iter__(self) -> Iterator[Tensor]:
         if not self._array.ndim:
@@ -294,7 +286,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         elif type(index) not in _PLAIN_INDEX:
             return self.slice(index)
         try:
-            view = self._array[index]
+            view = self._array[index]  # type: ignore[call-overload]
         except Exception:
             return self.slice(index)
         # A NumPy scalar means all ints were given (we want a rank-0 view instead).
@@ -407,13 +399,13 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
         return self
 
-    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+    def __eq__(self, other: object) -> bool:
         """Structural equality: same dtype, same shape, equal elements (every NaN equal)."""
         if not isinstance(other, Tensor):
             return NotImplemented
         return _structurally_equal(self, other)
 
-    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+    def __ne__(self, other: object) -> bool:
         if not isinstance(other, Tensor):
             return NotImplemented
         return not _structurally_equal(self, other)
@@ -422,7 +414,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
 
 _new = object.__new__
-_set_array = Tensor._array.__set__  # type: ignore[attr-defined]
+_set_array = Tensor.__dict__["_array"].__set__  # the slot descriptor: no __setattr__ detour
 _DTYPE_OF = {dtype.numpy: dtype for dtype in DType}
 _PLAIN_INDEX = frozenset({int, slice, type(None)})
 _ndarray = np.ndarray
@@ -484,7 +476,7 @@ def tensor(values: object, dtype: DType | str) -> Tensor:
     exactly) or Scalars of ``dtype``. Ragged nesting is ShapeError; nesting deeper than
     MAX_RANK is LimitError.
     """
-    dt = _as_dtype(dtype)
+    dt = as_dtype(dtype)
     if isinstance(values, Tensor):
         if values.dtype is not dt:
             raise DTypeError(f"tensor: a {values.dtype.name} tensor is not {dt.name}; use convert")

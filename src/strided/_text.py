@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _json
+from ._base import TensorInternals
 from ._bulk_format import format_flat
 from ._dtype import DType
 
@@ -28,22 +29,10 @@ _EDGE_ITEMS = 3
 _PRINT_BUDGET = 4096
 
 
-class TextMethods:
+class TextMethods(TensorInternals):
     """Mixin of Tensor: canonical text: to_dict/to_json/from_dict/from_json, str and repr."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-        _array: np.ndarray
-
-        @property
-        def _dtype(self) -> DType: ...
-
-        @classmethod
-        def _adopt(cls, array: np.ndarray, dtype: DType) -> Tensor: ...
-
-        @classmethod
-        def _wrap(cls, array: np.ndarray) -> Tensor: ...
 
     def to_dict(self) -> dict[str, Any]:
         """``{"dtype": "I16", "shape": [2, 3], "data": ["0", ...]}``, keys in that order.

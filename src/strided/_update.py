@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from . import _indexing
+from ._base import TensorInternals
 from ._dtype import DType
 from ._errors import DataError, DTypeError, IndexingError, LimitError, ShapeError
 from ._limits import MAX_RANK
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["AtIndexer", "AtUpdate", "UpdateMethods"]
 
 
-class UpdateMethods:
+class UpdateMethods(TensorInternals):
     """Mixin of Tensor: functional updates (with_slice, with_index_path, .at)."""
 
     __slots__ = ()
@@ -177,13 +178,13 @@ def _update(
 def _replacement_array(replacement: object, dtype: DType, op: str) -> np.ndarray:
     # Every Tensor is an UpdateMethods; testing the mixin avoids a circular import.
     if isinstance(replacement, UpdateMethods):
-        found = replacement._dtype  # type: ignore[attr-defined]
+        found = replacement._dtype
         if found is not dtype:
             raise DTypeError(
                 f"{op}: replacement is {found.name} but the tensor is {dtype.name}; "
                 f"convert it first"
             )
-        return replacement._array  # type: ignore[attr-defined, no-any-return]
+        return replacement._array
     if isinstance(replacement, (list, tuple, np.ndarray)):
         raise DTypeError(
             f"{op}: replacement must be a Tensor or a scalar, found {type(replacement).__name__}"
