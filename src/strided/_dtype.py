@@ -39,6 +39,10 @@ class DType(enum.Enum):
     F8_E4M3 = "F8_E4M3"
     F8_E5M2 = "F8_E5M2"
 
+    # Members are singletons compared by identity, so the identity hash agrees with
+    # equality; Enum's own __hash__ is Python code, and DTypes key hot dict lookups.
+    __hash__ = object.__hash__
+
     @property
     def numpy(self) -> np.dtype[Any]:
         """The little-endian NumPy dtype (BF16 and FP8 through ``ml_dtypes``)."""

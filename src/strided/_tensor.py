@@ -330,15 +330,16 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         A view when the tensor is contiguous; otherwise a new contiguous tensor in
         row-major order. Accepts ``t.reshape(2, 3)`` and ``t.reshape((2, 3))``.
         """
-        dims = shape[0] if len(shape) == 1 and type(shape[0]) in (tuple, list, Shape) else shape
+        dims = shape[0] if len(shape) == 1 and type(shape[0]) is not int else shape
         array = self._array
-        if type(dims) is tuple and len(dims) <= MAX_RANK and array.size:
+        # Hot path: plain ints on a non-empty contiguous tensor. With no zero dims the
+        # element count is the (already checked) numel, so NumPy's own count check is
+        # all the validation needed; anything unusual takes the checked path below.
+        if type(dims) is tuple and len(dims) <= 32 and array.size:  # 32 == MAX_RANK
             for dim in dims:
                 if type(dim) is not int:
                     break
             else:
-                # Hot path: with no zero dims the element count is the (already checked)
-                # numel, so NumPy's own count check is all the validation needed.
                 if array.flags.c_contiguous:
                     try:
                         view = array.reshape(dims)
