@@ -30,7 +30,7 @@ def _references(array: np.ndarray, index: Any, value: Any) -> dict[str, Callable
     torch = optional("torch")
     if torch is not None:
         tt = torch.from_numpy(array.copy())
-        tv = torch.from_numpy(np.asarray(value).copy()) if np.ndim(value) else value
+        tv = torch.from_numpy(np.asarray(value).copy()) if np.ndim(value) else value.item()
 
         def torch_run() -> object:
             copy = tt.clone()
