@@ -36,6 +36,7 @@ bench: $(VENV)/.installed-bench
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/mypy src
 
 clean:
 	rm -rf $(VENV)

@@ -29,7 +29,7 @@ from ._construct import (
 from ._dtype import DType, as_dtype
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
-from ._limits import MAX_RANK, check_dims
+from ._limits import check_dims
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
 from ._shape import Shape
