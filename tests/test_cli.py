@@ -214,3 +214,84 @@ def test_inspect_reads_only_headers_and_samples(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     growth_kib = int(result.stdout.split("GROWTH_KIB")[1])
     assert growth_kib < 64 * 1024, growth_kib  # far below the 512 MiB a full read maps in
+
+
+def _strict_json(text: str) -> object:
+    def refuse(token: str) -> object:
+        raise ValueError(f"non-JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_group_compares_exact_values(tmp_path: Path) -> None:
+    path = tmp_path / "g.safetensors"
+    tensors = {
+        "l.0.big": st.Tensor.from_scalars(st.DType.I64, [1], [2**63 - 2]),
+        "l.1.big": st.Tensor.from_scalars(st.DType.I64, [1], [2**63 - 1]),
+        "l.0.zero": st.Tensor.from_scalars(st.DType.F64, [1], ["0.0"]),
+        "l.1.zero": st.Tensor.from_scalars(st.DType.F64, [1], ["-0.0"]),
+        "l.0.mask": st.Tensor.from_scalars(st.DType.BOOL, [2], [True, True]),
+        "l.1.mask": st.Tensor.from_scalars(st.DType.BOOL, [2], [False, True]),
+    }
+    st.save_safetensors(path, tensors)
+    result = run("inspect", str(path), "--group", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in _strict_json(result.stdout)["tensors"]}  # type: ignore[index]
+    assert rows["l.#.big"]["max"] == str(2**63 - 1)
+    assert rows["l.#.zero"]["min"] == "-0.0" and rows["l.#.zero"]["max"] == "0.0"
+    assert rows["l.#.mask"]["min"] == "false" and rows["l.#.mask"]["max"] == "true"
+
+
+def test_json_output_is_strict_json_with_infinities(tmp_path: Path) -> None:
+    path = tmp_path / "inf.safetensors"
+    values = np.array([np.inf, -np.inf, 1.0], dtype=np.float32)
+    st.save_safetensors(path, {"a": st.Tensor.from_numpy(values)})
+    result = run("inspect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = _strict_json(result.stdout)["tensors"]  # type: ignore[index]
+    assert row["mean"] == "nan" and row["inf"] == 2
+
+
+def test_unreadable_dtypes_still_count_their_bytes(tmp_path: Path) -> None:
+    header = json.dumps(
+        {
+            "a": {"dtype": "F4", "shape": [64], "data_offsets": [0, 32]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [32, 40]},
+        }
+    ).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "f4.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(40))
+    document = _strict_json(run("inspect", str(path), "--json").stdout)
+    assert document["totals"]["bytes"] == 40  # type: ignore[index]
+    result = run("verify", str(path))
+    assert result.returncode == 0
+    assert "a: F4 values not scanned" in result.stdout
+
+
+def test_conversion_errors_name_the_tensor_and_end_the_progress_line(tmp_path: Path) -> None:
+    source = tmp_path / "two.safetensors"
+    st.save_safetensors(
+        source,
+        {"a": st.tensor([1.0], st.DType.F32), "b": st.tensor([1.5], st.DType.F32)},
+    )
+    command = [STRIDED, "convert", str(source), str(tmp_path / "x.safetensors"), "--dtype", "I8"]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "STRIDED_PROGRESS": "1"},
+    )
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("strided: ") and "'b'" in last and "1.5" in last
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_messages_name_the_file_once(tmp_path: Path, checkpoint: Path) -> None:
+    truncated = tmp_path / "t.safetensors"
+    truncated.write_bytes(checkpoint.read_bytes()[:20])
+    line = run("inspect", str(truncated)).stderr.strip()
+    assert line.count(str(truncated)) == 1, line

@@ -464,6 +464,12 @@ NPY: list[tuple[str, bytes, type[Exception], str]] = [
     ("header a list", npy_bytes("['<f4', False, (2,)]", F4), st.FormatError, "exactly"),
     ("extra key", npy_bytes(npy_header()[:-1] + "'x': 1}", F4), st.FormatError, "exactly"),
     ("missing key", npy_bytes("{'descr': '<f4', 'shape': (2,)}", F4), st.FormatError, "exactly"),
+    (
+        "repeated key",
+        npy_bytes("{'descr': '<i4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", F4),
+        st.FormatError,
+        "repeats a key",
+    ),
     ("object dtype", npy_bytes(npy_header("'|O'"), bytes(16)), st.DTypeError, "'|O'"),
     ("structured dtype", npy_bytes(npy_header("[('a', '<f4')]"), F4), st.DTypeError, "structured"),
     ("datetime dtype", npy_bytes(npy_header("'<M8[ns]'"), bytes(16)), st.DTypeError, "M8"),

@@ -145,3 +145,16 @@ def test_path_errors_are_os_errors(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError):
         st.save_npy(tmp_path / "folder.npy", st.tensor([1], "I8"))
     assert [p.name for p in tmp_path.iterdir()] == ["folder.npy"]  # no temporary left
+
+
+def test_paths_may_be_bytes_but_not_other_objects(tmp_path: Path) -> None:
+    path = tmp_path / "a.npy"
+    st.save_npy(os.fsencode(path), st.tensor([1, 2], st.DType.I8))
+    assert st.load_npy(os.fsencode(path)).tolist() == [1, 2]
+    for bad in (3, None, 1.5):
+        with pytest.raises(st.FormatError, match="expected a path"):
+            st.load_npy(bad)  # type: ignore[arg-type]
+        with pytest.raises(st.FormatError, match="expected a path"):
+            st.open_safetensors(bad)  # type: ignore[arg-type]
+        with pytest.raises(st.FormatError, match="expected a path"):
+            st.open_gguf(bad)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from typing import IO, Any
 from ._dtype import DType
 from ._errors import DataError, DTypeError
 from ._limits import MAX_INSPECTION_SAMPLES
+from ._scalar import Scalar
 from ._sources import Entry, Source, open_source
 from ._tensor import Tensor
 
@@ -49,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"strided: {failure}", file=sys.stderr)
         return 1
     except (DataError, OSError, UnicodeError) as error:
-        print(f"strided: {args.path}: {_one_line(error)}", file=sys.stderr)
+        print(f"strided: {_with_path(args.path, error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("strided: interrupted", file=sys.stderr)
@@ -106,7 +108,15 @@ def _one_line(error: BaseException) -> str:
     text = str(error) or type(error).__name__
     if isinstance(error, OSError) and error.strerror:
         text = error.strerror
+        if error.filename is not None:
+            text = f"{os.fsdecode(error.filename)}: {text}"
     return " ".join(text.split())
+
+
+def _with_path(path: str, error: BaseException) -> str:
+    """One line naming ``path`` once (readers already start their messages with it)."""
+    text = _one_line(error)
+    return text if text.startswith(path) else f"{path}: {text}"
 
 
 # -- inspect ------------------------------------------------------------------------------
@@ -137,7 +147,7 @@ def _inspect(args: argparse.Namespace) -> int:
         "totals": totals,
     }
     if args.json:
-        print(json.dumps(document, indent=1, default=str))
+        print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
     else:
         _print_table(document)
     return 0
@@ -194,17 +204,45 @@ def _group(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for stat in ("sampled", "nan", "inf", "zeros"):
             if stat in row:
                 group[stat] += row[stat]
-        group["min"] = _extreme(group.get("min"), row.get("min"), min)
-        group["max"] = _extreme(group.get("max"), row.get("max"), max)
+        group["min"] = _extreme(group.get("min"), row.get("min"), row["dtype"], min)
+        group["max"] = _extreme(group.get("max"), row.get("max"), row["dtype"], max)
     for group in groups.values():
         group.pop("_weight", None)
     return list(groups.values())
 
 
-def _extreme(a: str | None, b: str | None, pick: Any) -> str | None:
+def _extreme(a: str | None, b: str | None, dtype_name: str, pick: Any) -> str | None:
+    """The smaller (``min``) or larger (``max``) of two canonical scalar texts, exactly.
+
+    Values are compared as exact Scalars of their dtype (I64 extremes do not collapse
+    into one float); between zeros, -0.0 counts as the smaller, as inspection does.
+    """
     if a is None or b is None:
         return a if b is None else b
-    return a if pick(float(a), float(b)) == float(a) else b
+    dtype = DType.parse(dtype_name)
+
+    def key(text: str) -> tuple[Any, bool]:
+        value = Scalar.parse(dtype, text).value
+        return value, math.copysign(1.0, value) > 0 if isinstance(value, float) else True
+
+    return pick(a, b, key=key)  # type: ignore[no-any-return]
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as canonical strings and bytes/others as text.
+
+    So ``--json`` always prints strict JSON (no ``NaN`` or ``Infinity`` tokens). Nesting
+    is bounded: metadata is at most a list of lists (GGUF), rows are flat dicts.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
 
 
 def _print_table(document: dict[str, Any]) -> None:
@@ -272,22 +310,23 @@ def _verify(args: argparse.Namespace) -> int:
     source = open_source(args.path)
     total = sum(entry.byte_len for entry in source)
     problems = []
-    progress = Progress(total, "verify")
-    done = 0
     skipped = []
-    for entry in source:
-        try:
-            tensor = source.tensor(entry.name)
-        except DTypeError:
-            # Structure is validated; only the values of this type cannot be decoded.
-            skipped.append(f"{entry.name}: {entry.dtype} values not scanned")
-            continue
-        nan, inf = _scan(tensor, lambda scanned, base=done: progress.update(base + scanned))
-        done += entry.byte_len
-        progress.update(done)
-        if nan or inf:
-            problems.append(f"{entry.name}: {nan} NaN, {inf} inf")
-    progress.close()
+    done = 0
+    with Progress(total, "verify") as progress:
+        for entry in source:
+            try:
+                tensor = source.tensor(entry.name)
+            except DTypeError:
+                # Structure is validated; only the values of this type cannot be decoded.
+                skipped.append(f"{entry.name}: {entry.dtype} values not scanned")
+                continue
+            except DataError as error:
+                raise _Failure(f"{args.path}: tensor {entry.name!r}: {_one_line(error)}") from None
+            nan, inf = _scan(tensor, lambda scanned, base=done: progress.update(base + scanned))
+            done += entry.byte_len
+            progress.update(done)
+            if nan or inf:
+                problems.append(f"{entry.name}: {nan} NaN, {inf} inf")
     for line in problems + skipped:
         print(line)
     state = "clean" if not problems else f"{len(problems)} tensors with NaN or inf"
@@ -305,8 +344,9 @@ def _scan(tensor: Tensor, report: Any) -> tuple[int, int]:
     itemsize = tensor.dtype.itemsize
     for start in range(0, flat.size, _CHUNK):
         chunk = flat[start : start + _CHUNK]
-        nan += int(np.count_nonzero(np.isnan(chunk)))
-        inf += int(np.count_nonzero(np.isinf(chunk)))
+        with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
+            nan += int(np.count_nonzero(np.isnan(chunk)))
+            inf += int(np.count_nonzero(np.isinf(chunk)))
         report((start + chunk.size) * itemsize)
     return nan, inf
 
@@ -322,17 +362,19 @@ def _convert(args: argparse.Namespace) -> int:
     source = open_source(args.path)
     if detect_format(args.path) == "gguf":
         raise _Failure(f"{args.path}: convert reads safetensors, .npy and .json, not GGUF")
-    progress = Progress(sum(entry.byte_len for entry in source), "convert")
     tensors: dict[str, Tensor] = {}
     done = 0
-    for entry in source:
-        tensor = source.tensor(entry.name)
-        if args.dtype is not None and tensor.dtype is not args.dtype:
-            tensor = tensor.convert(args.dtype)
-        tensors[entry.name] = tensor
-        done += entry.byte_len
-        progress.update(done)
-    progress.close()
+    with Progress(sum(entry.byte_len for entry in source), "convert") as progress:
+        for entry in source:
+            try:
+                tensor = source.tensor(entry.name)
+                if args.dtype is not None and tensor.dtype is not args.dtype:
+                    tensor = tensor.convert(args.dtype)
+            except DataError as error:
+                raise _Failure(f"{args.path}: tensor {entry.name!r}: {_one_line(error)}") from None
+            tensors[entry.name] = tensor
+            done += entry.byte_len
+            progress.update(done)
     try:
         _write(target, args.dst, tensors, source.metadata)
     except (DataError, OSError) as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from types import TracebackType
 
 __all__ = ["Progress"]
 
@@ -43,3 +44,15 @@ class Progress:
         if self._drawn:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Ends the bar's line on errors too, so a message never lands on the bar.
+        self.close()

@@ -93,14 +93,15 @@ def _load_npy(path: str) -> Tensor:
 
 def _safetensors(path: str) -> Source:
     from .io import open_safetensors
+    from .io._safetensors_header import DTYPE_BITS
 
     handle = open_safetensors(path)
     entries = []
     for name in handle.keys():
         dtype_name, shape = handle.info(name)
-        dtype = _DTYPES.get(dtype_name)
-        itemsize = dtype.itemsize if dtype is not None else 0
-        entries.append(Entry(name, dtype_name, shape, shape.numel * itemsize, dtype is not None))
+        bits = DTYPE_BITS[dtype_name][1]  # also sized for dtypes strided cannot hold (F4...)
+        readable = dtype_name in _DTYPES
+        entries.append(Entry(name, dtype_name, shape, shape.numel * bits // 8, readable))
     return Source(path, "safetensors", entries, dict(handle.metadata), handle.get)
 
 

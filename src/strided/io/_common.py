@@ -41,9 +41,16 @@ PathLike = str | os.PathLike[str]
 _CHUNK_BYTES = 1 << 22
 
 
-def label(path: PathLike) -> str:
-    """The path as text, for error messages."""
-    return os.fspath(path)
+def label(path: object) -> str:
+    """The path as text (bytes paths are decoded as the OS does); FormatError for a non-path.
+
+    Readers open the returned text, so an int is never taken for a file descriptor.
+    """
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise FormatError(
+            f"expected a path (str, bytes or os.PathLike), found {type(path).__name__}"
+        )
+    return os.fsdecode(os.fspath(path))
 
 
 def checked_shape(dims: Iterable[object], where: str) -> tuple[int, ...]:
@@ -101,7 +108,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> None:
     The data is flushed and fsynced before the rename. On any error the temporary file
     is removed and ``path`` is left exactly as it was; the error propagates unchanged.
     """
-    target = os.path.abspath(os.fspath(path))
+    target = os.path.abspath(label(path))
     folder, name = os.path.split(target)
     fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:

@@ -119,9 +119,11 @@ def _read_header(
     if not header.isascii():
         raise FormatError(f"{where}: the header is not ASCII")
     try:
-        parsed = ast.literal_eval(header.decode("ascii"))
+        tree = ast.parse(header.decode("ascii"), mode="eval")
+        parsed = ast.literal_eval(tree)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise FormatError(f"{where}: the header is not a Python literal") from None
+    _check_unique_keys(tree, where)
     if type(parsed) is not dict or parsed.keys() != _KEYS:
         raise FormatError(
             f"{where}: the header must be a dict of exactly descr, fortran_order, shape"
@@ -138,6 +140,14 @@ def _read_header(
     dims = checked_shape(shape, where)
     dtype, big_endian = _DESCR[descr]
     return dtype, big_endian, fortran, dims, data_start
+
+
+def _check_unique_keys(tree: ast.Expression, where: str) -> None:
+    # literal_eval lets a repeated key win silently; one reading means refusing it.
+    if isinstance(tree.body, ast.Dict):
+        keys = [ast.dump(key) for key in tree.body.keys if key is not None]
+        if len(keys) != len(set(keys)):
+            raise FormatError(f"{where}: the header repeats a key")
 
 
 def _short(value: object) -> str:
