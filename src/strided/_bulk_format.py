@@ -39,6 +39,10 @@ except ImportError:  # optional: the exact per-element paths below are used inst
 
 __all__ = ["format_flat"]
 
+# Overflow, underflow and invalid casts are expected and settled explicitly here, so
+# a caller's np.seterr(all="raise") must not turn them into FloatingPointError.
+_QUIET = np.errstate(all="ignore")
+
 _NUMPY_OPTION = orjson.OPT_SERIALIZE_NUMPY if orjson is not None else 0
 _BOOL_TEXT = np.array(["false", "true"], dtype=object)
 # orjson's layout differs from repr only for shortest-digit exponents in [-10, -5] and
@@ -46,6 +50,7 @@ _BOOL_TEXT = np.array(["false", "true"], dtype=object)
 _BANDS = ((1e-11, 1.5e-4), (5e12, 2e16))
 
 
+@_QUIET
 def format_flat(flat: np.ndarray, dtype: DType) -> str:
     """The canonical texts of a 1-D array of ``dtype``, joined by ``","`` (``""`` if empty)."""
     if flat.size == 0:

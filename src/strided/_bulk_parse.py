@@ -39,6 +39,10 @@ from ._scalar import parse_value
 
 __all__ = ["parse_list", "parse_quoted"]
 
+# Overflow, underflow and invalid casts are expected and settled explicitly here, so
+# a caller's np.seterr(all="raise") must not turn them into FloatingPointError.
+_QUIET = np.errstate(all="ignore")
+
 _SEPARATOR = b'","'
 
 
@@ -60,6 +64,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 _UINT64_MAX = np.iinfo(np.uint64).max
 
 
+@_QUIET
 def parse_list(dtype: DType, data: list[Any]) -> np.ndarray:
     """A fresh flat array of ``dtype`` from a list of scalar texts.
 
@@ -79,6 +84,7 @@ def parse_list(dtype: DType, data: list[Any]) -> np.ndarray:
     return _parse_each(dtype, data)
 
 
+@_QUIET
 def parse_quoted(dtype: DType, inner: bytes, count: int) -> np.ndarray | None:
     """A fresh flat array of ``dtype`` from ``t1","t2",...","tn``, or None.
 
@@ -242,7 +248,8 @@ def _narrow(dtype: DType, values: np.ndarray, redo: np.ndarray, tokens: _Tokens)
 
 
 def _narrow_f32(values: np.ndarray, redo: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
+    # Overflow and underflow are expected here (settled below), whatever np.seterr says.
+    with np.errstate(over="ignore", under="ignore"):
         result = values.astype(np.float32)
     redo |= np.isinf(result) & np.isfinite(values)  # overflow, or the tie at the top
     # In F32's normal range an F64 value is an F32 midpoint exactly when the 29

@@ -18,22 +18,64 @@ from ._dtype import DType
 from ._errors import DTypeError, FormatError, LimitError, ShapeError
 from ._limits import MAX_RANK, check_dims
 from ._scalar import Scalar
+from ._shape import Shape
 
-__all__ = ["nested_shape", "python_values", "storage_from_bytes", "storage_from_values"]
+__all__ = [
+    "nested_shape",
+    "python_values",
+    "seal",
+    "shaped",
+    "storage_from_bytes",
+    "storage_from_values",
+]
+
+
+def seal(owned: np.ndarray) -> np.ndarray:
+    """Flat read-only storage over a C-contiguous array that nobody else holds.
+
+    The storage reads the memory through a read-only memoryview, so NumPy refuses to
+    make it, or any view of it, writable again (an array that owns its memory would let
+    ``t.numpy().base.flags.writeable = True`` through). No bytes are copied.
+    """
+    raw = memoryview(owned.reshape(-1).view(np.uint8)).toreadonly()  # type: ignore[arg-type]
+    return np.frombuffer(raw, dtype=owned.dtype)
+
+
+def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous view of flat ``storage`` with ``dims`` (its base is ``storage``).
+
+    Empty shapes get the same element strides as ``Shape.strides()`` (NumPy's reshape
+    would report all zeros, which reads like a broadcast view).
+    """
+    if 0 not in dims:
+        return storage.reshape(dims)
+    itemsize = storage.itemsize
+    strides = tuple(step * itemsize for step in Shape(dims).strides())
+    return np.ndarray(dims, dtype=storage.dtype, buffer=storage, strides=strides)
 
 
 def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.ndarray:
-    """A flat array over ``data``: shared when the buffer is immutable, copied otherwise."""
+    """A flat array over ``data``: shared when the buffer is immutable, copied otherwise.
+
+    Only ``bytes``, read-only ``memoryview`` and read-only ``mmap`` are shared (a
+    read-only NumPy array can be made writable again by its owner, so it is copied).
+    """
     if isinstance(data, (str, int, float)) or data is None:
         raise FormatError(
             f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}"
         )
+    if isinstance(data, np.ndarray) and not data.dtype.hasobject and data.dtype.fields is None:
+        # Arrays of every dtype (bfloat16 has no buffer format) give their raw bytes;
+        # an array is never shared, since its owner can make it writable again.
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()
     try:
         view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: NumPy arrays of types with no buffer form
         raise FormatError(
             f"from_le_bytes: expected a bytes-like object, found {type(data).__name__}"
         ) from None
+    if "O" in view.format:
+        raise FormatError("from_le_bytes: a buffer of Python objects is not bytes")
     numel = 1
     for dim in dims:
         numel *= dim
@@ -51,18 +93,17 @@ def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.
         if bad.size:
             first = int(bad[0])
             raise FormatError(f"from_le_bytes: BOOL byte {first} is {int(raw[first])}, not 0 or 1")
-    # bytes, read-only memoryviews and read-only mmaps cannot change under us: share them.
-    immutable = view.readonly and not _is_writable_mmap(data)
     flat = raw.view(dtype.numpy)
-    if immutable:
+    if _immutable(data, view):
         return flat
-    copy = flat.copy()
-    copy.flags.writeable = False
-    return copy
+    return seal(flat.copy())
 
 
-def _is_writable_mmap(data: object) -> bool:
-    return isinstance(data, mmap.mmap) and not memoryview(data).readonly
+def _immutable(data: object, view: memoryview) -> bool:
+    # bytes, read-only memoryviews and read-only mmaps cannot change under us: share them.
+    if type(data) is bytes:
+        return True
+    return isinstance(data, (memoryview, mmap.mmap)) and view.readonly
 
 
 def storage_from_values(

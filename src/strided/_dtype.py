@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from ._errors import DTypeError
+from ._limits import describe
 
 if TYPE_CHECKING:
     from ._scalar import Scalar
@@ -16,7 +17,16 @@ if TYPE_CHECKING:
 __all__ = ["DType", "as_dtype"]
 
 
-class DType(enum.Enum):
+class _DTypeMeta(enum.EnumMeta):
+    def __getitem__(cls, name: str) -> Any:
+        # DType["x"] would raise KeyError; every failure of ours is a DataError.
+        try:
+            return super().__getitem__(name)
+        except KeyError:
+            raise DTypeError(f"unknown dtype name {describe(name)}") from None
+
+
+class DType(enum.Enum, metaclass=_DTypeMeta):
     """An element type. ``name`` is the canonical text, the same names safetensors uses.
 
     ``F8_E4M3`` and ``F8_E5M2`` are storage-only: they can be built, viewed, updated,
@@ -106,7 +116,7 @@ class DType(enum.Enum):
         try:
             np_dtype = np.dtype(dtype)  # type: ignore[call-overload]
         except Exception:
-            raise DTypeError(f"not a NumPy dtype: {dtype!r}"[:120]) from None
+            raise DTypeError(f"not a NumPy dtype: {describe(dtype)}") from None
         try:
             found = _BY_NUMPY.get(np_dtype.newbyteorder("<"))
         except Exception:  # structured and other dtypes without a byte order
@@ -114,6 +124,11 @@ class DType(enum.Enum):
         if found is None:
             raise DTypeError(f"NumPy dtype {np_dtype} has no strided equivalent")
         return found
+
+    @classmethod
+    def _missing_(cls, value: object) -> DType:
+        # DType("x") would raise ValueError: parse instead (DTypeError when unknown).
+        return cls.parse(value)
 
     def __repr__(self) -> str:
         return f"DType.{self.name}"

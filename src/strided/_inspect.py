@@ -20,7 +20,7 @@ import numpy as np
 from ._base import TensorInternals
 from ._dtype import DType
 from ._errors import DTypeError, FormatError
-from ._limits import MAX_INSPECTION_SAMPLES, to_dim
+from ._limits import MAX_INSPECTION_SAMPLES, describe, int_text, to_dim
 from ._scalar import Scalar
 from ._shape import Shape
 
@@ -32,7 +32,7 @@ __all__ = ["InspectMethods", "TensorInspection", "TensorInspectionOptions"]
 STRATEGIES = ("head", "spread")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TensorInspectionOptions:
     """How ``Tensor.inspect`` samples: ``max_samples`` elements chosen by ``strategy``.
 
@@ -54,8 +54,15 @@ class TensorInspectionOptions:
         if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
             raise FormatError(
                 f"TensorInspectionOptions.strategy must be 'head' or 'spread', "
-                f"found {self.strategy!r}"[:160]
+                f"found {describe(self.strategy)}"
             )
+
+    def __repr__(self) -> str:
+        # int_text: a huge max_samples is legal, and repr() of it would raise.
+        return (
+            f"TensorInspectionOptions(max_samples={int_text(self.max_samples)}, "
+            f"strategy={self.strategy!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from ._errors import LimitError, ShapeError
+from ._errors import DataError, LimitError, ShapeError
 
-__all__ = ["MAX_ELEMENTS", "MAX_INSPECTION_SAMPLES", "MAX_RANK", "check_dims", "to_dim"]
+__all__ = [
+    "MAX_ELEMENTS",
+    "MAX_INSPECTION_SAMPLES",
+    "MAX_RANK",
+    "check_dims",
+    "describe",
+    "int_text",
+    "to_dim",
+]
 
 MAX_RANK = 32
 MAX_ELEMENTS = 2**34
@@ -23,12 +31,12 @@ def to_dim(value: object, what: str = "dim") -> int:
     else:
         try:
             dim = operator.index(value)  # type: ignore[arg-type]
-        except TypeError:
+        except Exception:  # a hostile __index__ may raise anything
             raise ShapeError(
-                f"{what} must be an int, found {type(value).__name__} {_short(value)}"
+                f"{what} must be an int, found {type(value).__name__} {describe(value)}"
             ) from None
     if dim < 0:
-        raise ShapeError(f"{what} must be non-negative, found {_int_text(dim)}")
+        raise ShapeError(f"{what} must be non-negative, found {int_text(dim)}")
     return dim
 
 
@@ -41,6 +49,15 @@ def check_dims(dims: object, what: str = "shape") -> tuple[int, ...]:
     """
     if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
         raise ShapeError(f"{what} must be a sequence of ints, found {type(dims).__name__}")
+    try:
+        return _check_dims(iter(dims), what)
+    except DataError:
+        raise
+    except Exception as error:  # a hostile __iter__ / __next__
+        raise ShapeError(f"{what}: cannot read the dims ({type(error).__name__})") from None
+
+
+def _check_dims(dims: Iterator[object], what: str) -> tuple[int, ...]:
     result: list[int] = []
     nonzero_product = 1
     for i, raw in enumerate(dims):
@@ -50,7 +67,7 @@ def check_dims(dims: object, what: str = "shape") -> tuple[int, ...]:
         if dim:
             nonzero_product *= dim
             if nonzero_product > MAX_ELEMENTS:
-                dims_text = ", ".join(_int_text(d) for d in [*result, dim])
+                dims_text = ", ".join(int_text(d) for d in [*result, dim])
                 raise LimitError(
                     f"{what}: more than MAX_ELEMENTS ({MAX_ELEMENTS}) elements "
                     f"(dims so far [{dims_text}])"
@@ -59,16 +76,19 @@ def check_dims(dims: object, what: str = "shape") -> tuple[int, ...]:
     return tuple(result)
 
 
-def _int_text(value: int) -> str:
-    # str() of an int over 4300 digits raises ValueError: describe huge ones by size.
+def int_text(value: int) -> str:
+    """``str(value)``, or ``<N-bit int>`` for huge ints (str() refuses over 4300 digits)."""
     if value.bit_length() > 64:
         return f"<{value.bit_length()}-bit int>"
     return str(value)
 
 
-def _short(value: object) -> str:
+def describe(value: object) -> str:
+    """A short, safe text of any value for an error message (never raises)."""
+    if type(value) is int:
+        return int_text(value)
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # a hostile __repr__ must not replace our error with its own
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."

@@ -91,10 +91,12 @@ def _exact_number(value: object) -> int | float | Fraction:
     """The exact number a non-text argument stands for; DTypeError for other types."""
     if type(value) is int or type(value) is float:
         return value
-    if isinstance(value, int):  # bool, IntEnum and other int subclasses
-        return int(value)
-    if isinstance(value, float):  # np.float64 and other float subclasses: exact
-        return float(value)
+    # bool, IntEnum, np.float64 and other subclasses: the base type's value, exactly
+    # (int.__int__ / float.__float__ directly, so an overridden __int__ cannot interfere).
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
     if isinstance(value, np.generic):
         kind = value.dtype.kind
         if kind == "b":

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any, SupportsIndex
 
 from ._errors import IndexingError, ShapeError
-from ._limits import to_dim
+from ._limits import describe, int_text, to_dim
 
 __all__ = ["Shape"]
 
@@ -27,7 +27,8 @@ class Shape(tuple[int, ...]):
             return dims
         if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
             raise ShapeError(f"shape must be a sequence of ints, found {type(dims).__name__}")
-        return tuple.__new__(cls, [to_dim(d, f"shape[{i}]") for i, d in enumerate(dims)])
+        values = _listed(dims, "shape", ShapeError)
+        return tuple.__new__(cls, [to_dim(d, f"shape[{i}]") for i, d in enumerate(values)])
 
     @classmethod
     def _trusted(cls, dims: tuple[int, ...]) -> Shape:
@@ -61,7 +62,8 @@ class Shape(tuple[int, ...]):
         return product
 
     def checked_numel(self, limit: int = 2**63 - 1) -> int | None:
-        """The element count, or ``None`` when it exceeds ``limit``."""
+        """The element count, or ``None`` when it exceeds ``limit`` (an int, else ShapeError)."""
+        limit = to_dim(limit, "checked_numel: limit")
         if 0 in self:
             return 0
         product = 1
@@ -88,13 +90,13 @@ class Shape(tuple[int, ...]):
             raise ShapeError(
                 f"reshape: shape must be a sequence of ints, found {type(dims).__name__}"
             )
-        raw = list(dims)
+        raw = _listed(dims, "reshape", ShapeError)
         wanted: list[int] = []
         infer_at = -1
         for i, value in enumerate(raw):
             if not isinstance(value, bool) and _is_minus_one(value):
                 if infer_at >= 0:
-                    raise ShapeError(f"reshape: at most one -1 is allowed, found {raw}")
+                    raise ShapeError(f"reshape: at most one -1 is allowed, found {_text(raw)}")
                 infer_at = i
                 wanted.append(1)
             else:
@@ -105,11 +107,14 @@ class Shape(tuple[int, ...]):
         total = self.numel
         if infer_at >= 0:
             if known == 0 or total % known:
-                raise ShapeError(f"reshape: {total} elements cannot become shape {_text(raw)}")
+                raise ShapeError(
+                    f"reshape: {int_text(total)} elements cannot become shape {_text(raw)}"
+                )
             wanted[infer_at] = total // known
         elif known != total:
             raise ShapeError(
-                f"reshape: {total} elements cannot become shape {_text(wanted)} ({known} elements)"
+                f"reshape: {int_text(total)} elements cannot become shape {_text(wanted)} "
+                f"({int_text(known)} elements)"
             )
         return Shape._trusted(tuple(wanted))
 
@@ -134,7 +139,9 @@ class Shape(tuple[int, ...]):
         index = _as_index(flat_index, "unravel: flat index")
         total = self.numel
         if not 0 <= index < total:
-            raise IndexingError(f"unravel: flat index {index} out of range for {total} elements")
+            raise IndexingError(
+                f"unravel: flat index {int_text(index)} out of range for {int_text(total)} elements"
+            )
         strides = self.strides(order)
         result = []
         for stride, dim in zip(strides, self, strict=True):
@@ -145,7 +152,8 @@ class Shape(tuple[int, ...]):
         """The flat index of ``multi_index`` (bounds-checked; negatives are errors)."""
         if not isinstance(multi_index, Iterable):
             raise IndexingError(f"ravel: expected a sequence of {len(self)} ints")
-        indices = [_as_index(i, "ravel: index") for i in multi_index]
+        items = _listed(multi_index, "ravel", IndexingError)
+        indices = [_as_index(i, "ravel: index") for i in items]
         if len(indices) != len(self):
             raise IndexingError(f"ravel: expected {len(self)} indices, found {len(indices)}")
         flat = 0
@@ -154,7 +162,8 @@ class Shape(tuple[int, ...]):
         ):
             if not 0 <= index < dim:
                 raise IndexingError(
-                    f"ravel: index {index} out of range for axis {axis} of size {dim}"
+                    f"ravel: index {int_text(index)} out of range for axis {axis} of size "
+                    f"{int_text(dim)}"
                 )
             flat += index * stride
         return flat
@@ -170,7 +179,15 @@ _SCALAR = Shape._trusted(())
 
 
 def _text(dims: Iterable[object]) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
+    return "[" + ", ".join(describe(d) for d in dims) + "]"
+
+
+def _listed(values: object, what: str, error: type[Exception]) -> list[Any]:
+    """``list(values)``, turning a hostile iterator's own exception into ``error``."""
+    try:
+        return list(values)  # type: ignore[call-overload, no-any-return]
+    except Exception as found:
+        raise error(f"{what}: cannot read the values ({type(found).__name__})") from None
 
 
 def _order_dims(shape: Shape, order: str) -> tuple[int, ...]:

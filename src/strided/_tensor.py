@@ -23,13 +23,15 @@ from ._construct import (
     check_numpy_input,
     nested_shape,
     python_values,
+    seal,
+    shaped,
     storage_from_bytes,
     storage_from_values,
 )
 from ._dtype import DType, as_dtype
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
-from ._limits import check_dims
+from ._limits import check_dims, int_text
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
 from ._shape import Shape
@@ -86,15 +88,14 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """Trusted: a freshly computed array that no one else holds becomes a new tensor.
 
         It is made C-contiguous in ``dtype.numpy`` (copying only when needed) and
-        read-only; the tensor's array is a view of it, so the flag cannot be flipped
-        back through ``t.numpy()``.
+        sealed read-only (see ``_construct.seal``): neither ``t.numpy()`` nor its base
+        can be made writable again.
         """
         # np.asarray (not ascontiguousarray, which turns rank 0 into rank 1).
         owned = np.asarray(array, dtype=dtype.numpy, order="C")
         if not owned.flags.owndata:
             owned = owned.copy()
-        owned.flags.writeable = False
-        return cls._wrap(owned.reshape(owned.shape))
+        return cls._wrap(shaped(seal(owned), owned.shape))
 
     # -- construction --------------------------------------------------------------
 
@@ -110,8 +111,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """
         dt = as_dtype(dtype)
         dims = check_dims(shape)
-        storage = storage_from_bytes(dt, dims, data)
-        return cls._wrap(storage.reshape(dims))
+        return cls._wrap(shaped(storage_from_bytes(dt, dims, data), dims))
 
     @classmethod
     def from_scalars(
@@ -156,6 +156,10 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         source = check_numpy_input(array)
         own = DType.from_numpy(source.dtype)
         copied = np.array(source, dtype=own.numpy, order="C", copy=True)
+        if own is DType.BOOL:
+            # NumPy bools may hold any non-zero byte; store canonical 0/1 bytes so that
+            # bytes, text and pickles round-trip.
+            copied = copied.view(np.uint8) != 0
         result = cls._adopt(copied, own)
         if dtype is None:
             return result
@@ -337,7 +341,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         # all the validation needed; anything unusual takes the checked path below.
         if type(dims) is tuple and len(dims) <= 32 and array.size:  # 32 == MAX_RANK
             for dim in dims:
-                if type(dim) is not int:
+                if type(dim) is not int or dim < -1:
                     break
             else:
                 if array.flags.c_contiguous:
@@ -373,8 +377,20 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         return self._adopt(self._array.copy(), self._dtype)
 
     def shares_storage(self, other: object) -> bool:
-        """True when both tensors are views of the same storage buffer."""
-        return isinstance(other, Tensor) and other._storage is self._storage
+        """True when both tensors are views of the same storage buffer.
+
+        Storage is the same buffer when it is the same memory: two tensors built
+        zero-copy over one ``bytes`` object share it too.
+        """
+        if not isinstance(other, Tensor):
+            return False
+        mine, theirs = self._storage, other._storage
+        if mine is theirs:
+            return True
+        return (
+            mine.nbytes == theirs.nbytes
+            and mine.__array_interface__["data"][0] == theirs.__array_interface__["data"][0]
+        )
 
     # -- immutability and protocols ----------------------------------------------------
 
@@ -436,7 +452,11 @@ def _scalar_at(value: Any, dtype: DType) -> Scalar:
 def _axes_permutation(axes: Iterable[SupportsIndex], ndim: int) -> tuple[int, ...]:
     if isinstance(axes, (str, bytes)) or not isinstance(axes, Iterable):
         raise ShapeError(f"transpose: axes must be a sequence of ints, found {type(axes).__name__}")
-    order = tuple(normalize_axis(axis, ndim, "transpose") for axis in axes)
+    try:
+        items = list(axes)
+    except Exception as error:  # a hostile __iter__
+        raise ShapeError(f"transpose: cannot read the axes ({type(error).__name__})") from None
+    order = tuple(normalize_axis(axis, ndim, "transpose") for axis in items)
     if len(order) != ndim or len(set(order)) != ndim:
         raise ShapeError(f"transpose: axes {list(order)} are not a permutation of {ndim} axes")
     return order
@@ -448,10 +468,10 @@ def normalize_axis(axis: object, ndim: int, what: str) -> int:
         raise IndexingError(f"{what}: axis must be an int, found bool")
     try:
         value = operator.index(axis)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception:  # a hostile __index__ may raise anything
         raise IndexingError(f"{what}: axis must be an int, found {type(axis).__name__}") from None
     if not -ndim <= value < ndim:
-        raise IndexingError(f"{what}: axis {value} is out of range for rank {ndim}")
+        raise IndexingError(f"{what}: axis {int_text(value)} is out of range for rank {ndim}")
     return value % ndim if ndim else value
 
 
