@@ -10,7 +10,7 @@ nothing wrapped, or raises RangeError naming the first offending element.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -253,29 +253,11 @@ class ArithMethods(TensorInternals):
 
     def neg(self) -> Tensor:
         """Element-wise negation. Integer MIN and non-zero unsigned values are RangeError."""
-        dtype = self._dtype
-        check_arithmetic("neg", dtype)
-        if dtype is DType.BOOL:
-            raise DTypeError("neg: not defined for BOOL; convert to an integer dtype first")
-        with memory_guard("neg"):
-            if dtype.is_float:
-                return self._adopt(np.negative(self._array, order="C"), dtype)
-            return self._adopt(_checked.checked_unary("neg", dtype, self._array), dtype)
+        return _unary(self, "neg", _float_neg)
 
     def __abs__(self) -> Tensor:
         """Element-wise absolute value. Signed integer MIN is RangeError (no wrap)."""
-        dtype = self._dtype
-        check_arithmetic("abs", dtype)
-        if dtype is DType.BOOL:
-            raise DTypeError("abs: not defined for BOOL; convert to an integer dtype first")
-        with memory_guard("abs"):
-            if dtype.is_float:
-                # Clearing the sign bit is exact in every float format, NaN payloads too.
-                bits = np.dtype(f"<u{dtype.itemsize}")
-                mask = np.asarray((1 << (8 * dtype.itemsize - 1)) - 1, dtype=bits)
-                cleared = np.bitwise_and(self._array.view(bits), mask, order="C")
-                return self._adopt(cleared.view(dtype.numpy), dtype)
-            return self._adopt(_checked.checked_unary("abs", dtype, self._array), dtype)
+        return _unary(self, "abs", _float_abs)
 
     def abs(self) -> Tensor:
         """``abs(t)``: element-wise absolute value (RangeError for signed integer MIN)."""
@@ -402,3 +384,30 @@ def _operand_op(op: BinaryOp, tensor: ArithMethods, other: Any, reflected: bool)
             f"Tensor.from_numpy(array, dtype) first"
         )
     return _scalar_op(op, tensor, other, reflected)
+
+
+def _unary(
+    tensor: ArithMethods, op: str, float_kernel: Callable[[np.ndarray, DType], np.ndarray]
+) -> Tensor:
+    """neg / abs: the dtype checks, then the float kernel or the checked integer one."""
+    dtype = tensor._dtype
+    check_arithmetic(op, dtype)
+    if dtype is DType.BOOL:
+        raise DTypeError(f"{op}: not defined for BOOL; convert to an integer dtype first")
+    with memory_guard(op):
+        if dtype.is_float:
+            return tensor._adopt(float_kernel(tensor._array, dtype), dtype)
+        return tensor._adopt(_checked.checked_unary(op, dtype, tensor._array), dtype)
+
+
+def _float_neg(array: np.ndarray, dtype: DType) -> np.ndarray:
+    negated: np.ndarray = np.negative(array, order="C")
+    return negated
+
+
+def _float_abs(array: np.ndarray, dtype: DType) -> np.ndarray:
+    # Clearing the sign bit is exact in every float format, NaN payloads too.
+    bits = np.dtype(f"<u{dtype.itemsize}")
+    mask = np.asarray((1 << (8 * dtype.itemsize - 1)) - 1, dtype=bits)
+    cleared: np.ndarray = np.bitwise_and(array.view(bits), mask, order="C")
+    return cleared.view(dtype.numpy)

@@ -335,19 +335,27 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _scan(tensor: Tensor, report: Any) -> tuple[int, int]:
+    """NaN and infinity counts, scanning blocks of whole rows of the view in place.
+
+    Blocks follow the first axis, so a strided view (a Fortran-order ``.npy``, say) is
+    never copied whole; each block's temporaries stay near ``_CHUNK`` elements.
+    """
     import numpy as np
 
     if not tensor.dtype.is_float:
         return 0, 0
-    flat = tensor.contiguous().numpy().reshape(-1)
+    array = tensor.numpy()
+    if array.ndim == 0:
+        array = array.reshape(1)
+    per_row = max(array.size // max(array.shape[0], 1), 1)
+    step = max(_CHUNK // per_row, 1)
     nan = inf = 0
-    itemsize = tensor.dtype.itemsize
-    for start in range(0, flat.size, _CHUNK):
-        chunk = flat[start : start + _CHUNK]
+    for start in range(0, array.shape[0], step):
+        block = array[start : start + step]
         with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
-            nan += int(np.count_nonzero(np.isnan(chunk)))
-            inf += int(np.count_nonzero(np.isinf(chunk)))
-        report((start + chunk.size) * itemsize)
+            nan += int(np.count_nonzero(np.isnan(block)))
+            inf += int(np.count_nonzero(np.isinf(block)))
+        report((start + block.shape[0]) * per_row * tensor.dtype.itemsize)
     return nan, inf
 
 

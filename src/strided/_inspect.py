@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ._base import TensorInternals
+from ._construct import python_values
 from ._dtype import DType
 from ._errors import DTypeError, FormatError
 from ._limits import MAX_INSPECTION_SAMPLES, describe, int_text, to_dim
@@ -133,7 +134,7 @@ def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspecti
     positions = _positions(options.strategy, count, numel)
     values = _gather(array, positions)
     stats = _statistics(values, dtype)
-    exact = _exact_values(values, dtype)
+    exact = python_values(values, dtype)
     scalars = map(Scalar._trusted, repeat(dtype), exact)
     samples = tuple(zip(positions.tolist(), scalars, strict=True))
     return TensorInspection(
@@ -175,15 +176,6 @@ def _positions(strategy: str, count: int, numel: int) -> np.ndarray:
         return steps
     # numel <= MAX_ELEMENTS (2**34) and count <= 2**16, so the product fits in int64.
     return steps * numel // count
-
-
-def _exact_values(values: np.ndarray, dtype: DType) -> list[Any]:
-    if dtype.is_float and values.dtype.itemsize < 4 and dtype is not DType.F16:
-        with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
-            exact: list[Any] = values.astype(np.float32).tolist()  # widening is exact
-        return exact
-    found: list[Any] = values.tolist()
-    return found
 
 
 def _statistics(values: np.ndarray, dtype: DType) -> dict[str, Any]:

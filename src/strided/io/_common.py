@@ -15,7 +15,7 @@ import contextlib
 import mmap
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from .._limits import check_dims
 
 __all__ = [
     "PathLike",
+    "TensorNames",
     "atomic_write",
     "checked_shape",
     "file_size",
@@ -167,3 +168,27 @@ def write_logical(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
     for start in range(0, array.shape[0], rows):
         # A piece of whole rows; a single row larger than a chunk is split further.
         write_logical(file, array[start : start + rows] if rows > 1 else array[start])
+
+
+class TensorNames:
+    """``keys()``, iteration, ``len`` and ``in`` over a file's tensors, in the file's order.
+
+    Subclasses fill ``_by_name`` (name -> whatever locates the tensor) when they open.
+    """
+
+    __slots__ = ("_by_name",)
+
+    _by_name: dict[str, Any]
+
+    def keys(self) -> list[str]:
+        """The tensor names, in file order (shard by shard for a sharded checkpoint)."""
+        return list(self._by_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._by_name))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name

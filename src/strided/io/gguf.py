@@ -19,7 +19,6 @@ block size, offsets aligned, spans inside the file and not overlapping.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._shape import Shape
 from .._tensor import Tensor
-from ._common import PathLike, checked_shape, file_size, label, map_file
+from ._common import PathLike, TensorNames, checked_shape, file_size, label, map_file
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
 
@@ -197,7 +196,7 @@ class _Reader:
         return values.astype(np.bool_).tolist()  # type: ignore[no-any-return]
 
 
-class GGUFFile:
+class GGUFFile(TensorNames):
     """An open GGUF file: metadata, and tensors read lazily as zero-copy views.
 
     Made by ``open_gguf``. ``version`` (2 or 3), ``metadata`` (a fresh dict of key ->
@@ -207,7 +206,9 @@ class GGUFFile:
     first, so they are reversed. A name not in the file is an IndexingError.
     """
 
-    __slots__ = ("_metadata", "_path", "_raw", "_tensors", "_version")
+    __slots__ = ("_metadata", "_path", "_raw", "_version")
+
+    _by_name: dict[str, _TensorInfo]
 
     def __init__(
         self,
@@ -221,7 +222,7 @@ class GGUFFile:
         self._path = path
         self._version = version
         self._metadata = metadata
-        self._tensors = tensors
+        self._by_name = tensors
         self._raw = raw
 
     @property
@@ -238,19 +239,6 @@ class GGUFFile:
     def metadata(self) -> dict[str, Any]:
         """A fresh copy of the key-value metadata (lists copied too)."""
         return {key: _copied(value) for key, value in self._metadata.items()}
-
-    def keys(self) -> list[str]:
-        """The tensor names, in file order."""
-        return list(self._tensors)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._tensors))
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tensors
 
     def info(self, name: str) -> tuple[str, Shape]:
         """``(ggml_type_name, shape)``, the shape row-major (GGUF's dims reversed)."""
@@ -283,13 +271,13 @@ class GGUFFile:
         return Tensor._adopt(values.reshape(found.dims), DType.F32)
 
     def _lookup(self, name: object) -> _TensorInfo:
-        found = self._tensors.get(name) if type(name) is str else None
+        found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
         return found
 
     def __repr__(self) -> str:
-        return f"GGUFFile({self._path!r}, version {self._version}, {len(self._tensors)} tensors)"
+        return f"GGUFFile({self._path!r}, version {self._version}, {len(self._by_name)} tensors)"
 
 
 def _copied(value: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import IO, Any
 
 import numpy as np
@@ -27,7 +27,16 @@ from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._shape import Shape
 from .._strict_json import loads_strict
 from .._tensor import Tensor
-from ._common import PathLike, atomic_write, file_size, label, map_file, read_exact, write_logical
+from ._common import (
+    PathLike,
+    TensorNames,
+    atomic_write,
+    file_size,
+    label,
+    map_file,
+    read_exact,
+    write_logical,
+)
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
@@ -51,7 +60,7 @@ class _Shard:
         self.entries = {entry.name: entry for entry in entries}
 
 
-class SafetensorsFile:
+class SafetensorsFile(TensorNames):
     """A lazily read safetensors file, or a sharded checkpoint opened as one collection.
 
     Made by ``open_safetensors``. ``keys()`` lists the tensor names (shard by shard, in
@@ -61,21 +70,21 @@ class SafetensorsFile:
     inspection. A name that is not in the file is an IndexingError.
     """
 
-    __slots__ = ("_entries", "_metadata", "_path")
+    __slots__ = ("_metadata", "_path")
 
     def __init__(self, path: str, shards: list[_Shard]) -> None:
         """Private: use ``open_safetensors``."""
         self._path = path
-        self._entries: dict[str, tuple[_Shard, Entry]] = {}
+        self._by_name: dict[str, tuple[_Shard, Entry]] = {}
         self._metadata: dict[str, str] = {}
         for shard in shards:
             for name, entry in shard.entries.items():
-                if name in self._entries:
-                    other = self._entries[name][0].where
+                if name in self._by_name:
+                    other = self._by_name[name][0].where
                     raise FormatError(
                         f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
                     )
-                self._entries[name] = (shard, entry)
+                self._by_name[name] = (shard, entry)
             for key, value in shard.metadata.items():
                 if self._metadata.setdefault(key, value) != value:
                     raise FormatError(
@@ -91,19 +100,6 @@ class SafetensorsFile:
     def metadata(self) -> dict[str, str]:
         """A copy of the ``__metadata__`` strings (``{}`` when the file has none)."""
         return dict(self._metadata)
-
-    def keys(self) -> list[str]:
-        """The tensor names, in data order (shard by shard for a sharded checkpoint)."""
-        return list(self._entries)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._entries))
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
 
     def info(self, name: str) -> tuple[str, Shape]:
         """``(dtype_name, shape)`` of a tensor, from the header alone.
@@ -130,13 +126,13 @@ class SafetensorsFile:
         return tensor.inspect() if options is None else tensor.inspect(options)
 
     def _lookup(self, name: object) -> tuple[_Shard, Entry]:
-        found = self._entries.get(name) if type(name) is str else None
+        found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
         return found
 
     def __repr__(self) -> str:
-        return f"SafetensorsFile({self._path!r}, {len(self._entries)} tensors)"
+        return f"SafetensorsFile({self._path!r}, {len(self._by_name)} tensors)"
 
 
 def _tensor(shard: _Shard, entry: Entry) -> Tensor:
@@ -195,7 +191,7 @@ def load_safetensors(path: PathLike) -> dict[str, Tensor]:
     ``SafetensorsFile.get`` (a dtype strided cannot represent is a DTypeError).
     """
     opened = open_safetensors(path)
-    return {name: _tensor(shard, entry) for name, (shard, entry) in opened._entries.items()}
+    return {name: _tensor(shard, entry) for name, (shard, entry) in opened._by_name.items()}
 
 
 def _index_shards(path: str) -> list[_Shard]:
