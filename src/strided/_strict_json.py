@@ -11,7 +11,6 @@ produce) are refused. Every failure is a FormatError naming ``where``.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import numpy as np
@@ -20,15 +19,10 @@ from ._errors import FormatError
 
 __all__ = ["loads_strict"]
 
-# One JSON string: everything from a quote to the next unescaped quote. The possessive
-# quantifiers and the end-of-input alternatives make every attempt succeed, so stripping
-# all strings is one linear pass however the input is crafted (an unterminated string
-# just runs to the end, and the parser reports it afterwards).
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+\\?(?:"|\Z)', re.DOTALL)
-# Without any backslash no quote is escaped: a simpler (faster) pattern does.
-_PLAIN_STRING = re.compile(rb'"[^"]*+(?:"|\Z)')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_CHUNK = 1 << 16  # bounded temporaries however long the header
+# The depth scan reads the text in chunks of this many bytes: its extra memory is a few
+# arrays of one chunk, whatever the size of the document.
+_CHUNK = 1 << 16
+_QUOTE, _BACKSLASH = 0x22, 0x5C
 
 
 class _Duplicate(Exception):
@@ -74,17 +68,48 @@ def _constant(token: str) -> Any:
 
 
 def _check_depth(data: bytes, limit: int, where: str) -> None:
-    pattern = _STRING if b"\\" in data else _PLAIN_STRING
-    brackets = pattern.sub(b"", data).translate(None, _NOT_BRACKETS)
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    depth = 0
+    """FormatError when brackets outside strings nest deeper than ``limit``.
+
+    One streaming pass over fixed-size chunks, carrying three small numbers between
+    them, so its memory does not grow with the document. A quote counts when an even
+    number of backslashes precedes it; treating backslashes outside strings the same way
+    (where JSON forbids them) can only differ from the parser after a point where the
+    parser fails anyway.
+    """
+    codes = np.frombuffer(data, dtype=np.uint8)
+    depth = 0  # nesting depth at the start of the chunk
+    quotes = 0  # parity of unescaped quotes so far: 1 inside a string
+    slashes = 0  # backslashes that end the previous chunk
     for start in range(0, codes.size, _CHUNK):
         chunk = codes[start : start + _CHUNK]
-        opens = (chunk == 0x5B) | (chunk == 0x7B)  # '[' or '{'
-        running = np.cumsum(np.where(opens, np.int8(1), np.int8(-1)), dtype=np.int32) + depth
-        if int(running.max()) > limit:
+        quote = chunk == _QUOTE
+        if slashes or bool((chunk == _BACKSLASH).any()):
+            parity, slashes = _escapes(chunk, slashes)
+            quote &= parity == 0
+        inside = (np.cumsum(quote, dtype=np.int32) + quotes) & 1
+        quotes = int(inside[-1])
+        # A bracket counts when it is outside every string (a quote before it closed one).
+        opens = ((chunk == 0x5B) | (chunk == 0x7B)) & (inside == 0)
+        closes = ((chunk == 0x5D) | (chunk == 0x7D)) & (inside == 0)
+        running = np.cumsum(opens.view(np.int8) - closes.view(np.int8), dtype=np.int32)
+        if running.size and int(running.max()) + depth > limit:
             raise FormatError(f"{where}: JSON nested deeper than {limit} levels")
-        depth = int(running[-1])
+        depth += int(running[-1])
+
+
+def _escapes(chunk: np.ndarray[Any, Any], carry: int) -> tuple[np.ndarray[Any, Any], int]:
+    """Per byte, the parity of the backslashes right before it; and the chunk's trailing run.
+
+    ``carry`` is the parity of the backslashes that ended the previous chunk.
+    """
+    slash = chunk == _BACKSLASH
+    index = np.arange(chunk.size, dtype=np.int32)
+    last_other = np.maximum.accumulate(np.where(slash, np.int32(-1), index))
+    run = index - last_other + np.where(last_other < 0, np.int32(carry), np.int32(0))
+    before = np.empty_like(run)
+    before[0] = carry
+    before[1:] = run[:-1]
+    return before & 1, int(run[-1]) & 1
 
 
 def loads_strict(data: bytes, where: str, max_depth: int) -> Any:

@@ -1,8 +1,14 @@
 """Helpers shared by the file readers and writers.
 
-Reading: files are memory-mapped read-only and exposed as ONE flat read-only ``uint8``
-array; every tensor is a view of it, so NumPy keeps the mapping alive for as long as any
-tensor needs it (the mapping is never closed explicitly). Errors name the file.
+Reading: only regular files are opened (a FIFO or a device is refused without
+blocking on it). Files are memory-mapped read-only and exposed as ONE flat read-only
+``uint8`` array; every tensor is a view of it, so NumPy keeps the mapping alive for as
+long as any tensor needs it (the mapping is never closed explicitly). A mapping keeps
+no file descriptor open, so a checkpoint of thousands of shards stays within the usual
+limit of open files. A mapped file must not be modified or truncated while tensors of
+it live (a rewrite shows in them, a truncation kills the process with SIGBUS when a
+vanished page is read); replacing it by rename is safe. Readers that take ``copy=True``
+copy each tensor out of the mapping instead. Errors name the file.
 
 Writing: ``atomic_write`` writes into a temporary file in the target's folder, flushes
 and fsyncs it, then renames it over the target, so a crash or an error never leaves a
@@ -12,16 +18,21 @@ half-written file under the target name (and a failed write leaves the target as
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import mmap
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
 
+from .._dtype import DType
 from .._errors import FormatError, LimitError, ShapeError
 from .._limits import check_dims
+from .._tensor import Tensor
 
 __all__ = [
     "PathLike",
@@ -31,7 +42,9 @@ __all__ = [
     "file_size",
     "label",
     "map_file",
+    "open_regular",
     "read_exact",
+    "tensor_of",
     "write_logical",
 ]
 
@@ -51,7 +64,31 @@ def label(path: object) -> str:
         raise FormatError(
             f"expected a path (str, bytes or os.PathLike), found {type(path).__name__}"
         )
-    return os.fsdecode(os.fspath(path))
+    text = os.fsdecode(os.fspath(path))
+    if "\0" in text:
+        raise FormatError(f"{text[:80]!r}: a path cannot contain a NUL character")
+    return text
+
+
+def open_regular(path: str) -> IO[bytes]:
+    """``path`` opened for binary reading; FormatError unless it is a regular file.
+
+    The file is opened without blocking and checked with ``fstat`` on the open
+    descriptor (no race with a rename), so a FIFO, socket or device is refused at once
+    instead of hanging. A path that cannot be opened raises the OSError unchanged.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise FormatError(f"{path}: not a regular file (a FIFO, socket or device)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def checked_shape(dims: Iterable[object], where: str) -> tuple[int, ...]:
@@ -78,24 +115,85 @@ def read_exact(file: IO[bytes], count: int, where: str, what: str) -> bytes:
     return data
 
 
-def map_file(file: IO[bytes], expected_size: int, where: str) -> np.ndarray:
+def map_file(file: IO[bytes], expected_size: int, where: str) -> np.ndarray[Any, Any]:
     """The whole open ``file`` as one flat read-only uint8 array over a read-only mapping.
 
-    A 0-byte file cannot be mapped; it gives an empty (owned, read-only) array instead.
-    A size different from ``expected_size`` (the file changed while being opened) is a
-    FormatError.
+    The mapping holds no file descriptor (the caller may close ``file`` at once) and is
+    unmapped when the last array viewing it is gone. A 0-byte file cannot be mapped; it
+    gives an empty read-only array instead. A size different from ``expected_size`` (the
+    file changed while being opened) is a FormatError.
     """
     if expected_size == 0:
-        empty = np.zeros(0, dtype=np.uint8)
-        empty.flags.writeable = False
-        return empty
-    mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    if len(mapping) != expected_size:
-        mapping.close()
+        return np.frombuffer(b"", dtype=np.uint8)
+    if file_size(file) != expected_size:
         raise FormatError(f"{where}: the file changed size while it was being opened")
-    # np.frombuffer holds the mapping (through a memoryview) for as long as any view of
-    # ``raw`` lives; the mapping's read-only buffer makes every view read-only too.
-    return np.frombuffer(mapping, dtype=np.uint8)
+    if _LIBC is None:
+        # No C library to map with (not a POSIX system): Python's mmap, which keeps a
+        # descriptor per mapping.
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapping, dtype=np.uint8)
+    return np.asarray(_Mapping(file.fileno(), expected_size, where))
+
+
+def _c_library() -> Any:
+    if os.name != "posix":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = (
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int64,
+        )  # fmt: skip
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _c_library()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """A read-only shared mapping of a whole file that owns no file descriptor.
+
+    It offers its memory to NumPy only as a read-only array interface: the arrays made
+    from it cannot be made writable, and it has no buffer of its own to write through.
+    The pages are unmapped when the last array over them is garbage-collected.
+    """
+
+    __slots__ = ("__array_interface__", "_address", "_size")
+
+    def __init__(self, fd: int, size: int, where: str) -> None:
+        address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == _MAP_FAILED:
+            error = ctypes.get_errno()
+            raise OSError(error, os.strerror(error), where)
+        self._address = address
+        self._size = size
+        self.__array_interface__ = {
+            "shape": (size,),
+            "typestr": "|u1",
+            "data": (address, True),
+            "version": 3,
+        }
+
+    def __del__(self) -> None:
+        if _LIBC is not None and getattr(self, "_address", None):
+            _LIBC.munmap(self._address, self._size)
+
+
+def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:
+    """A tensor over ``view`` (a read-only view of a mapped file), or a copy with ``copy``.
+
+    A copy is independent of the file: later changes to it, or its truncation, cannot
+    reach the tensor.
+    """
+    if copy:
+        return Tensor._adopt(view.copy(order="C"), dtype)
+    return Tensor._wrap(view)
 
 
 def file_size(file: IO[bytes]) -> int:

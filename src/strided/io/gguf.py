@@ -27,7 +27,16 @@ from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._shape import Shape
 from .._tensor import Tensor
-from ._common import PathLike, TensorNames, checked_shape, file_size, label, map_file
+from ._common import (
+    PathLike,
+    TensorNames,
+    checked_shape,
+    file_size,
+    label,
+    map_file,
+    open_regular,
+    tensor_of,
+)
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
 
@@ -206,7 +215,7 @@ class GGUFFile(TensorNames):
     first, so they are reversed. A name not in the file is an IndexingError.
     """
 
-    __slots__ = ("_metadata", "_path", "_raw", "_version")
+    __slots__ = ("_copy", "_metadata", "_path", "_raw", "_version")
 
     _by_name: dict[str, _TensorInfo]
 
@@ -217,8 +226,10 @@ class GGUFFile(TensorNames):
         metadata: dict[str, Any],
         tensors: dict[str, _TensorInfo],
         raw: np.ndarray[Any, Any],
+        copy: bool = False,
     ) -> None:
         """Private: use ``open_gguf``."""
+        self._copy = copy
         self._path = path
         self._version = version
         self._metadata = metadata
@@ -258,7 +269,7 @@ class GGUFFile(TensorNames):
         span = self._raw[found.begin : found.end]
         dtype = ZERO_COPY.get(kind.name)
         if dtype is not None:
-            return Tensor._wrap(span.view(dtype.numpy).reshape(found.dims))
+            return tensor_of(span.view(dtype.numpy).reshape(found.dims), dtype, self._copy)
         where = f"{self._path}: tensor {name[:80]!r}"
         if kind.name not in DEQUANTIZABLE:
             raise DTypeError(f"{where}: ggml type {kind.name} is not supported")
@@ -286,8 +297,12 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def open_gguf(path: PathLike) -> GGUFFile:
+def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     """Open a GGUF file (version 2 or 3, little-endian): validate it whole, map it read-only.
+
+    Plain tensors are zero-copy views of the mapping: the file must not be modified or
+    truncated while they live (replacing it by rename is safe). With ``copy=True``,
+    ``get`` copies them into memory, independent of the file.
 
     The file is mapped first (a mapping allocates no memory) and parsed in place;
     metadata is parsed at once, tensor data is never read until used. A path that cannot be opened
@@ -296,7 +311,7 @@ def open_gguf(path: PathLike) -> GGUFFile:
     for every check.
     """
     where = label(path)
-    with open(where, "rb") as file:
+    with open_regular(where) as file:
         size = file_size(file)
         raw = map_file(file, size, where)
     reader = _Reader(raw, where)
@@ -320,7 +335,7 @@ def open_gguf(path: PathLike) -> GGUFFile:
     tensors = _read_tensor_infos(reader, tensor_count)
     data_start = -(-reader.pos // alignment) * alignment
     _place_tensors(tensors, data_start, alignment, size, where)
-    return GGUFFile(where, version, metadata, {t.name: t for t in tensors}, raw)
+    return GGUFFile(where, version, metadata, {t.name: t for t in tensors}, raw, copy)
 
 
 def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[str, int]]:

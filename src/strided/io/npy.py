@@ -31,7 +31,9 @@ from ._common import (
     file_size,
     label,
     map_file,
+    open_regular,
     read_exact,
+    tensor_of,
     write_logical,
 )
 
@@ -58,8 +60,12 @@ for _dtype, _code in ((DType.BOOL, "b1"), (DType.I8, "i1"), (DType.U8, "u1")):
 _WRITE_DESCR = {dtype: np.dtype(dtype.numpy).str for dtype, big in _DESCR.values() if not big}
 
 
-def load_npy(path: PathLike) -> Tensor:
+def load_npy(path: PathLike, copy: bool = False) -> Tensor:
     """The array in a ``.npy`` file as a Tensor, memory-mapped read-only.
+
+    The tensor views the mapped file: the file must not be modified or truncated while
+    it lives (replacing it by rename is safe). ``copy=True`` reads it into memory
+    instead, independent of the file.
 
     Little-endian C-order data is a zero-copy view of the mapped file; Fortran-order
     data is a zero-copy (non-contiguous) view with the right logical values;
@@ -69,7 +75,7 @@ def load_npy(path: PathLike) -> Tensor:
     the file.
     """
     where = label(path)
-    with open(where, "rb") as file:
+    with open_regular(where) as file:
         size = file_size(file)
         dtype, big_endian, fortran, dims, data_start = _read_header(file, size, where)
         numel = 1
@@ -94,7 +100,7 @@ def load_npy(path: PathLike) -> Tensor:
         return Tensor._adopt(stored.T if fortran else stored, dtype)
     view = span.view(dtype.numpy).reshape(stored_dims)
     # Transposing the reversed-shape view gives the logical array without a copy.
-    return Tensor._wrap(view.T if fortran else view)
+    return tensor_of(view.T if fortran else view, dtype, copy)
 
 
 def _read_header(

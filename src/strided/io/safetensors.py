@@ -34,7 +34,9 @@ from ._common import (
     file_size,
     label,
     map_file,
+    open_regular,
     read_exact,
+    tensor_of,
     write_logical,
 )
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
@@ -53,7 +55,7 @@ class _Shard:
 
     def __init__(self, path: str) -> None:
         self.where = path
-        with open(path, "rb") as file:
+        with open_regular(path) as file:
             size = file_size(file)
             entries, self.metadata = parse_header(file, size, path)
             self.raw = map_file(file, size, path)
@@ -70,11 +72,12 @@ class SafetensorsFile(TensorNames):
     inspection. A name that is not in the file is an IndexingError.
     """
 
-    __slots__ = ("_metadata", "_path")
+    __slots__ = ("_copy", "_metadata", "_path")
 
-    def __init__(self, path: str, shards: list[_Shard]) -> None:
+    def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
         """Private: use ``open_safetensors``."""
         self._path = path
+        self._copy = copy
         self._by_name: dict[str, tuple[_Shard, Entry]] = {}
         self._metadata: dict[str, str] = {}
         for shard in shards:
@@ -113,12 +116,14 @@ class SafetensorsFile(TensorNames):
     def get(self, name: str) -> Tensor:
         """The tensor ``name`` as a zero-copy, read-only view of the mapped file.
 
+        Opened with ``copy=True``, a new tensor in memory, independent of the file.
+
         A dtype the format defines but strided has no DType for (``F4``, ``F6_*``,
         ``F8_E8M0``, the ``FNUZ`` floats, ``C64``) is a DTypeError; BOOL bytes other than
         0 and 1 are a FormatError.
         """
         shard, entry = self._lookup(name)
-        return _tensor(shard, entry)
+        return _tensor(shard, entry, self._copy)
 
     def inspect(self, name: str, options: Any = None) -> Any:
         """``get(name).inspect(options)``: reads only the sampled elements."""
@@ -135,8 +140,8 @@ class SafetensorsFile(TensorNames):
         return f"SafetensorsFile({self._path!r}, {len(self._by_name)} tensors)"
 
 
-def _tensor(shard: _Shard, entry: Entry) -> Tensor:
-    dtype = entry.numpy
+def _tensor(shard: _Shard, entry: Entry, copy: bool) -> Tensor:
+    dtype = entry.dtype
     if dtype is None:
         raise DTypeError(
             f"{shard.where}: tensor {entry.name[:80]!r}: dtype {entry.dtype_name} "
@@ -152,11 +157,15 @@ def _tensor(shard: _Shard, entry: Entry) -> Tensor:
                 f"{int(span[first])}, not 0 or 1"
             )
     # NumPy collapses the view's base onto ``raw``, the flat storage shared by all.
-    return Tensor._wrap(span.view(dtype).reshape(entry.dims))
+    return tensor_of(span.view(dtype.numpy).reshape(entry.dims), dtype, copy)
 
 
-def open_safetensors(path: PathLike) -> SafetensorsFile:
+def open_safetensors(path: PathLike, copy: bool = False) -> SafetensorsFile:
     """Open a safetensors file lazily: the header is validated and the file mapped.
+
+    Tensors are zero-copy views of the mapping: the file must not be modified or
+    truncated while they live (replacing it by rename is safe). With ``copy=True`` each
+    tensor ``get`` returns is copied into memory, independent of the file.
 
     ``path`` may also be a directory (every ``*.safetensors`` file in it is a shard) or
     a ``*.safetensors.index.json`` whose ``weight_map`` names the shards (plain file
@@ -180,22 +189,25 @@ def open_safetensors(path: PathLike) -> SafetensorsFile:
         shards = _index_shards(text)
     else:
         shards = [_Shard(text)]
-    return SafetensorsFile(text, shards)
+    return SafetensorsFile(text, shards, copy)
 
 
-def load_safetensors(path: PathLike) -> dict[str, Tensor]:
+def load_safetensors(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
     """Every tensor of a safetensors file (or sharded checkpoint), as zero-copy views.
 
     The file is memory-mapped read-only; no tensor data is copied or read (BOOL tensors
-    are scanned for bytes other than 0 and 1). Raises as ``open_safetensors`` and
-    ``SafetensorsFile.get`` (a dtype strided cannot represent is a DTypeError).
+    are scanned for bytes other than 0 and 1), so the file must not be modified or
+    truncated while the tensors live. ``copy=True`` reads every tensor into memory
+    instead, independent of the file (as the reference library's ``load_file`` does).
+    Raises as ``open_safetensors`` and ``SafetensorsFile.get`` (a dtype strided cannot
+    represent is a DTypeError).
     """
-    opened = open_safetensors(path)
-    return {name: _tensor(shard, entry) for name, (shard, entry) in opened._by_name.items()}
+    opened = open_safetensors(path, copy)
+    return {name: _tensor(shard, entry, copy) for name, (shard, entry) in opened._by_name.items()}
 
 
 def _index_shards(path: str) -> list[_Shard]:
-    with open(path, "rb") as file:
+    with open_regular(path) as file:
         size = file_size(file)
         if size > _MAX_INDEX_BYTES:
             raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {_MAX_INDEX_BYTES}")
