@@ -17,6 +17,7 @@ goes through ``json.loads`` and the same checks, which find and name the problem
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -116,11 +117,34 @@ def _parse_json(text: str | bytes) -> object:
     return loads_strict(raw, "from_json", max_depth=_MAX_BRACKETS)
 
 
-def _validate(obj: object) -> tuple[DType, tuple[int, ...], list[Any]]:
-    if not isinstance(obj, dict):
+def _snapshot(value: Any, kind: type[Any], what: str, most: int | None = None) -> Any:
+    """``value`` (a ``kind`` instance) as a plain ``kind``: a subclass is copied first.
+
+    A subclass may override iteration or lookup to do anything; whatever it raises
+    while being copied becomes a FormatError, a list is read to at most ``most`` items
+    (one more than can be valid), and only the plain copy is used afterwards (so the
+    caller's object is read exactly once).
+    """
+    if type(value) is kind:
+        return value
+    try:
+        if kind is list:
+            return list(itertools.islice(value, most))
+        return kind(value)
+    except Exception as exc:
         raise FormatError(
-            f"expected an object with keys dtype, shape, data; found {type(obj).__name__}"
+            f"{what}: reading the {type(value).__name__[:40]} failed ({type(exc).__name__})"
+        ) from None
+
+
+def _validate(found: object) -> tuple[DType, tuple[int, ...], list[Any]]:
+    if not isinstance(found, dict):
+        raise FormatError(
+            f"expected an object with keys dtype, shape, data; found {type(found).__name__}"
         )
+    obj = _snapshot(found, dict, "from_dict")
+    if any(type(key) is not str for key in obj):
+        raise FormatError("expected exactly the keys dtype, shape, data; found a non-str key")
     if set(obj) != set(_KEYS) or len(obj) != 3:
         missing = [key for key in _KEYS if key not in obj]
         extra = [key for key in obj if key not in _KEYS]
@@ -136,13 +160,14 @@ def _validate(obj: object) -> tuple[DType, tuple[int, ...], list[Any]]:
     count = 1
     for dim in dims:
         count *= dim
+    data = _snapshot(data, list, "data", count + 1)
     if len(data) != count:
         raise FormatError(f"data has {len(data)} entries; shape {list(dims)} needs {count}")
     return dtype, dims, data
 
 
 def _check_dtype(name: object) -> DType:
-    if not isinstance(name, str):
+    if type(name) is not str:
         raise DTypeError(f"dtype must be a string, found {type(name).__name__}")
     dtype = _CANONICAL.get(name)
     if dtype is None:
@@ -158,9 +183,10 @@ def _check_dtype(name: object) -> DType:
     return dtype
 
 
-def _check_shape(shape: object) -> tuple[int, ...]:
-    if not isinstance(shape, list):
-        raise ShapeError(f"shape must be a list of ints, found {type(shape).__name__}")
+def _check_shape(found: object) -> tuple[int, ...]:
+    if not isinstance(found, list):
+        raise ShapeError(f"shape must be a list of ints, found {type(found).__name__}")
+    shape: list[Any] = _snapshot(found, list, "shape", MAX_RANK + 1)
     if len(shape) > MAX_RANK:
         raise LimitError(f"shape: rank {len(shape)} exceeds MAX_RANK ({MAX_RANK})")
     for index, dim in enumerate(shape):

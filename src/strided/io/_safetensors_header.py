@@ -134,7 +134,9 @@ def parse_header(file: IO[bytes], size: int, where: str) -> tuple[list[Entry], d
     parsed = loads_strict(header, f"{where}: header", _HEADER_DEPTH)
     if type(parsed) is not dict:
         raise FormatError(f"{where}: the header must be a JSON object")
-    metadata = _metadata(parsed.pop("__metadata__", {}), where)
+    # ``"__metadata__": null`` is read as no metadata, as the reference library reads it.
+    found = parsed.pop("__metadata__", None)
+    metadata = {} if found is None else _metadata(found, where)
     data_start = 8 + length
     data_size = size - data_start
     entries = []

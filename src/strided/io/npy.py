@@ -17,6 +17,8 @@ refused (NumPy ignores them; strided keeps one reading of a file).
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from typing import IO, Any
 
 import numpy as np
@@ -124,12 +126,7 @@ def _read_header(
     header = read_exact(file, length, where, "header")
     if not header.isascii():
         raise FormatError(f"{where}: the header is not ASCII")
-    try:
-        tree = ast.parse(header.decode("ascii"), mode="eval")
-        parsed = ast.literal_eval(tree)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        raise FormatError(f"{where}: the header is not a Python literal") from None
-    _check_unique_keys(tree, where)
+    parsed = _literal(header.decode("ascii"), version, where)
     if type(parsed) is not dict or parsed.keys() != _KEYS:
         raise FormatError(
             f"{where}: the header must be a dict of exactly descr, fortran_order, shape"
@@ -148,12 +145,51 @@ def _read_header(
     return dtype, big_endian, fortran, dims, data_start
 
 
-def _check_unique_keys(tree: ast.Expression, where: str) -> None:
-    # literal_eval lets a repeated key win silently; one reading means refusing it.
-    if isinstance(tree.body, ast.Dict):
-        keys = [ast.dump(key) for key in tree.body.keys if key is not None]
-        if len(keys) != len(set(keys)):
-            raise FormatError(f"{where}: the header repeats a key")
+def _literal(text: str, version: tuple[int, int], where: str) -> Any:
+    """The header's Python literal, never evaluated as code; a repeated key is refused.
+
+    Headers of versions 1.0 and 2.0 written by Python 2 may spell ints as longs
+    (``(2L, 3L)``); as NumPy does, the ``L`` suffixes are dropped when the text does not
+    parse otherwise.
+    """
+    try:
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError:
+            if version == (3, 0):
+                raise
+            tree = ast.parse(_without_longs(text), mode="eval")
+        parsed = ast.literal_eval(tree)
+        # literal_eval lets a repeated key win silently; one reading means refusing it.
+        # Keys are compared as values, so 'shape' and u'shape' are the same key.
+        keys = []
+        if isinstance(tree.body, ast.Dict):
+            keys = [ast.literal_eval(key) for key in tree.body.keys if key is not None]
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise FormatError(f"{where}: the header is not a Python literal") from None
+    if len(keys) != len(set(keys)):
+        raise FormatError(f"{where}: the header repeats a key")
+    return parsed
+
+
+def _without_longs(text: str) -> str:
+    """``text`` with Python 2's long suffix dropped from integer literals."""
+    pieces = []
+    previous = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            is_suffix = token.type == tokenize.NAME and token.string in ("L", "l")
+            after_number = (
+                previous is not None
+                and previous.type == tokenize.NUMBER
+                and previous.end == token.start
+            )
+            if not (is_suffix and after_number):
+                pieces.append(token.string if token.type != tokenize.NEWLINE else "")
+            previous = token
+    except (tokenize.TokenError, SyntaxError):
+        raise SyntaxError("not a literal") from None
+    return " ".join(pieces)
 
 
 def _short(value: object) -> str:
