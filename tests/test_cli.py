@@ -145,11 +145,11 @@ def test_convert_round_trips(checkpoint: Path, tmp_path: Path) -> None:
 
 def test_convert_exactness_errors_leave_no_file(tmp_path: Path) -> None:
     source = tmp_path / "big.json"
-    source.write_text(st.Tensor.from_scalars(st.DType.I32, [2], [1, 300]).to_json())
+    source.write_text(st.Tensor.from_scalars(st.DType.F32, [2], [1, 1e6]).to_json())
     target = tmp_path / "small.npy"
-    result = run("convert", str(source), str(target), "--dtype", "I8")
+    result = run("convert", str(source), str(target), "--dtype", "F16")
     assert result.returncode == 1
-    assert "300" in result.stderr or "I8" in result.stderr
+    assert "F16" in result.stderr
     assert not target.exists()
     assert os.listdir(tmp_path) == ["big.json"]
 
@@ -198,7 +198,7 @@ def test_inspect_reads_only_headers_and_samples(tmp_path: Path) -> None:
         handle.truncate(8 + len(header_bytes) + size)
     probe = (
         "import resource, sys\n"
-        "from strided._cli import main\n"
+        "from strided.cli import main\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "status = main(sys.argv[1:])\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
@@ -265,17 +265,19 @@ def test_unreadable_dtypes_still_count_their_bytes(tmp_path: Path) -> None:
     document = _strict_json(run("inspect", str(path), "--json").stdout)
     assert document["totals"]["bytes"] == 40  # type: ignore[index]
     result = run("verify", str(path))
-    assert result.returncode == 0
+    # Not every tensor was checked: say so, and do not call the file clean.
+    assert result.returncode == 1
     assert "a: F4 values not scanned" in result.stdout
+    assert "1 of 2 tensors not scanned" in result.stdout and "clean" not in result.stdout
 
 
 def test_conversion_errors_name_the_tensor_and_end_the_progress_line(tmp_path: Path) -> None:
     source = tmp_path / "two.safetensors"
     st.save_safetensors(
         source,
-        {"a": st.tensor([1.0], st.DType.F32), "b": st.tensor([1.5], st.DType.F32)},
+        {"a": st.tensor([1.0], st.DType.F32), "b": st.tensor([1e6], st.DType.F32)},
     )
-    command = [STRIDED, "convert", str(source), str(tmp_path / "x.safetensors"), "--dtype", "I8"]
+    command = [STRIDED, "convert", str(source), str(tmp_path / "x.safetensors"), "--dtype", "F16"]
     result = subprocess.run(
         command,
         capture_output=True,
@@ -286,7 +288,9 @@ def test_conversion_errors_name_the_tensor_and_end_the_progress_line(tmp_path: P
     )
     assert result.returncode == 1
     last = result.stderr.splitlines()[-1]
-    assert last.startswith("strided: ") and "'b'" in last and "1.5" in last
+    assert last.startswith("strided: ") and "'b'" in last and "F16" in last
+    # The file and the tensor are each named once (no doubled "file: tensor:" prefix).
+    assert last.count(str(source)) == 1 and last.count("'b'") == 1, last
     assert not (tmp_path / "x.safetensors").exists()
 
 

@@ -1,6 +1,7 @@
 """strided: immutable, exact, strided tensors for machine-learning inference data."""
 
 from ._arith import BinaryOp
+from ._checkpoint import Checkpoint, TensorInfo, open_checkpoint
 from ._dtype import DType
 from ._errors import (
     DataError,
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_INSPECTION_SAMPLES",
     "MAX_RANK",
     "BinaryOp",
+    "Checkpoint",
     "DType",
     "DTypeError",
     "DataError",
@@ -50,9 +52,11 @@ __all__ = [
     "ShapeError",
     "Tensor",
     "TensorInspection",
+    "TensorInfo",
     "TensorInspectionOptions",
     "load_npy",
     "load_safetensors",
+    "open_checkpoint",
     "open_gguf",
     "open_safetensors",
     "save_npy",

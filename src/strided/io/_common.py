@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import numpy as np
 
@@ -204,30 +205,47 @@ def file_size(file: IO[bytes]) -> int:
 def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it onto ``path``.
 
-    The data is flushed and fsynced before the rename. On any error the temporary file
-    is removed and ``path`` is left exactly as it was; the error propagates unchanged.
+    The data is flushed and fsynced before the rename. The temporary file gets the mode
+    a plain ``open()`` would give (the process umask applies, and is never changed). On
+    any error the temporary file is removed and ``path`` is left exactly as it was; an
+    OSError names ``path`` (never the temporary file), other errors propagate unchanged.
     """
     target = os.path.abspath(label(path))
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
     folder, name = os.path.split(target)
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    fd, temp = _create_beside(folder, name, target)
     try:
-        # mkstemp creates the file 0600; give it the mode a plain open() would.
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as file:
             fd = -1
             write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, target)
-    except BaseException:
+    except BaseException as exc:
         if fd != -1:
             os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(temp)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or str(exc), target) from None
         raise
     _fsync_folder(folder)
+
+
+def _create_beside(folder: str, name: str, target: str) -> tuple[int, str]:
+    """A new, empty, uniquely named hidden file in ``folder``: (descriptor, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            # Mode 0o666: the kernel applies the umask, exactly as for open(path, "wb").
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, target) from None
+    raise FileExistsError(errno.EEXIST, "no free temporary name", target)
 
 
 def _fsync_folder(folder: str) -> None:
@@ -290,3 +308,17 @@ class TensorNames:
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
+
+    def close(self) -> None:
+        """Forget the file: names and tensors are no longer offered (closing twice is fine).
+
+        Tensors already handed out stay valid: each keeps the mapping it views alive,
+        and the mapping is released when the last of them is gone.
+        """
+        self._by_name = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

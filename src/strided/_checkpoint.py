@@ -1,0 +1,327 @@
+"""One door for every checkpoint file: ``open_checkpoint`` and the ``Checkpoint`` mapping.
+
+The format is recognized from the file's first bytes, never from its name:
+
+* ``GGUF`` magic: GGUF;  ``\\x93NUMPY``: ``.npy``;
+* a zip archive (``PK``): a PyTorch zip checkpoint when it holds ``<folder>/data.pkl``,
+  otherwise ``.npz``;
+* a pickle (``\\x80`` and a protocol number): a legacy PyTorch checkpoint;
+* ``{``: JSON, either a shard index (it has a ``weight_map``; safetensors or PyTorch by
+  its shards) or a strided tensor document;
+* an 8-byte little-endian length followed by ``{``: safetensors;
+* a folder: its ``*.safetensors`` shards.
+
+Each format's reader does the validation; this module only dispatches and gives every
+format the same read-only ``Mapping[str, Tensor]`` face.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol
+
+from ._dtype import DType
+from ._errors import FormatError
+from ._inspect import TensorInspection, TensorInspectionOptions
+from ._shape import Shape
+from ._tensor import Tensor
+
+__all__ = ["Checkpoint", "TensorInfo", "open_checkpoint"]
+
+FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
+_DTYPES = {dtype.name: dtype for dtype in DType}
+
+
+class TensorInfo(NamedTuple):
+    """A tensor as its file's header describes it, without reading its data.
+
+    ``dtype`` is a ``DType`` name, or the stored type's own name where strided has no
+    DType for it (``"Q4_K"``, ``"F4"``); ``byte_len`` is the stored size in bytes.
+    """
+
+    name: str
+    dtype: str
+    shape: Shape
+    byte_len: int
+
+
+class _Reader(Protocol):
+    """What a format's reader offers the door (the file classes of ``strided.io``)."""
+
+    def keys(self) -> list[str]: ...
+    def get(self, name: str) -> Tensor: ...
+    def close(self) -> None: ...
+
+
+class Checkpoint(Mapping[str, Tensor]):
+    """An opened checkpoint of any supported format: a read-only mapping name -> Tensor.
+
+    Made by ``open_checkpoint``. ``ckpt[name]`` loads one tensor: zero-copy wherever the
+    stored bytes are plain little-endian elements (the file must then not be modified
+    or truncated while the tensor lives; open with ``copy=True`` for tensors
+    independent of the file), block-quantized GGUF tensors dequantized to F32. A
+    missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
+    strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
+    ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
+    ``info(name)``, ``inspect(name, options)``; ``close()`` or ``with`` releases the
+    reader (tensors already loaded stay valid).
+    """
+
+    __slots__ = ("_format", "_infos", "_metadata", "_path", "_reader")
+
+    def __init__(
+        self,
+        path: str,
+        kind: str,
+        reader: _Reader,
+        infos: dict[str, TensorInfo],
+        metadata: dict[str, Any],
+    ) -> None:
+        """Private: use ``open_checkpoint``."""
+        self._path = path
+        self._format = kind
+        self._reader: _Reader | None = reader
+        self._infos = infos
+        self._metadata = metadata
+
+    @property
+    def format(self) -> str:
+        """``"safetensors"``, ``"gguf"``, ``"npy"``, ``"npz"``, ``"pytorch"`` or ``"json"``."""
+        return self._format
+
+    @property
+    def path(self) -> str:
+        """The path the checkpoint was opened from."""
+        return self._path
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A fresh copy of the checkpoint's metadata (``{}`` when it has none).
+
+        safetensors: the ``__metadata__`` strings; GGUF: the key-value pairs; PyTorch:
+        the plain leaves beside the tensors, under their dotted names.
+        """
+        return {key: _copied(value) for key, value in self._metadata.items()}
+
+    def info(self, name: str) -> TensorInfo:
+        """The tensor's name, dtype name, shape and stored byte length, from the header."""
+        found = self._infos.get(name) if type(name) is str else None
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def inspect(
+        self, name: str, options: TensorInspectionOptions | None = None
+    ) -> TensorInspection:
+        """Inspect tensor ``name`` reading only its sampled elements.
+
+        For a block-quantized GGUF tensor only the blocks holding samples are decoded.
+        """
+        self.info(name)  # KeyError for a missing name
+        reader = self._open_reader()
+        inspect = getattr(reader, "inspect", None)
+        if inspect is not None:
+            found: TensorInspection = inspect(name, options)
+            return found
+        tensor = self[name]
+        return tensor.inspect() if options is None else tensor.inspect(options)
+
+    def readable(self, name: str) -> bool:
+        """Whether ``ckpt[name]`` can decode the tensor's stored type."""
+        dtype = self.info(name).dtype
+        return dtype in _DTYPES or (self._format == "gguf" and _dequantizable(dtype))
+
+    def __getitem__(self, name: str) -> Tensor:
+        self.info(name)
+        return self._open_reader().get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._infos))
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return type(name) is str and name in self._infos
+
+    def close(self) -> None:
+        """Release the file; tensors already loaded stay valid. Closing twice is fine."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _open_reader(self) -> _Reader:
+        if self._reader is None:
+            raise FormatError(f"{self._path}: the checkpoint is closed")
+        return self._reader
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self._path!r}, format={self._format!r}, {len(self._infos)} tensors)"
+
+
+def _copied(value: Any) -> Any:
+    return [_copied(item) for item in value] if isinstance(value, list) else value
+
+
+def _dequantizable(type_name: str) -> bool:
+    from .io._ggml import DEQUANTIZABLE
+
+    return type_name in DEQUANTIZABLE
+
+
+def open_checkpoint(path: str | os.PathLike[str] | bytes, copy: bool = False) -> Checkpoint:
+    """Open any supported checkpoint, recognizing its format from its first bytes.
+
+    safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
+    ``.npy``, ``.npz``, PyTorch checkpoints (zip and legacy, read without running them;
+    also sharded through ``pytorch_model.bin.index.json``) and strided JSON. Headers are
+    validated at once; tensor data is read only when a tensor is asked for. ``copy=True``
+    makes every tensor a copy independent of the file. A path that cannot be opened
+    raises the OSError unchanged; an unrecognized or malformed file is a FormatError
+    (LimitError for caps) naming the file.
+    """
+    from .io._common import label, open_regular
+
+    where = label(path)
+    if os.path.isdir(where):
+        return _safetensors(where, copy, folder=True)
+    with open_regular(where) as file:
+        head = file.read(16)
+    kind = _sniff(head, where)
+    if kind == "safetensors":
+        return _safetensors(where, copy)
+    if kind == "gguf":
+        return _gguf(where, copy)
+    if kind == "npy":
+        return _single(where, "npy", _npy(where, copy))
+    return _json(where, copy)
+
+
+def _sniff(head: bytes, where: str) -> str:
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.lstrip(b" \t\r\n").startswith(b"{"):
+        return "json"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    raise FormatError(
+        f"{where}: not a checkpoint strided recognizes (first bytes {head[:8]!r}); "
+        "expected safetensors, GGUF, .npy, .npz, a PyTorch checkpoint or strided JSON"
+    )
+
+
+def _safetensors(where: str, copy: bool, folder: bool = False) -> Checkpoint:
+    from .io.safetensors import SafetensorsFile, _Shard, open_safetensors
+
+    reader = (
+        open_safetensors(where, copy) if folder else SafetensorsFile(where, [_Shard(where)], copy)
+    )
+    return _from_safetensors(where, reader)
+
+
+def _from_safetensors(where: str, reader: Any) -> Checkpoint:
+    from .io._safetensors_header import DTYPE_BITS
+
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        # Sized by bits: also for dtypes strided cannot hold (F4 packs two per byte).
+        byte_len = shape.numel * DTYPE_BITS[dtype_name][1] // 8
+        infos[name] = TensorInfo(name, dtype_name, shape, byte_len)
+    return Checkpoint(where, "safetensors", reader, infos, reader.metadata)
+
+
+def _gguf(where: str, copy: bool) -> Checkpoint:
+    from .io import open_gguf
+    from .io._ggml import GGML_TYPES
+
+    sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
+    handle = open_gguf(where, copy=copy)
+    infos = {}
+    for name in handle.keys():
+        type_name, shape = handle.info(name)
+        block_size, block_bytes = sizes[type_name]
+        infos[name] = TensorInfo(name, type_name, shape, shape.numel // block_size * block_bytes)
+    return Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
+
+
+class _GGUFReader:
+    """A GGUF file whose ``get`` dequantizes block-quantized tensors."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def keys(self) -> list[str]:
+        return list(self.handle.keys())
+
+    def get(self, name: str) -> Tensor:
+        tensor: Tensor = self.handle.get(name, dequantize=_dequantizable(self.handle.info(name)[0]))
+        return tensor
+
+    def close(self) -> None:
+        close = getattr(self.handle, "close", None)
+        if close is not None:
+            close()
+
+
+class _SingleReader:
+    """One tensor already in hand (``.npy``, strided JSON)."""
+
+    __slots__ = ("name", "tensor")
+
+    def __init__(self, name: str, tensor: Tensor) -> None:
+        self.name = name
+        self.tensor = tensor
+
+    def keys(self) -> list[str]:
+        return [self.name]
+
+    def get(self, name: str) -> Tensor:
+        return self.tensor
+
+    def close(self) -> None:
+        pass
+
+
+def _single(where: str, kind: str, tensor: Tensor) -> Checkpoint:
+    name = Path(where).stem
+    info = TensorInfo(name, tensor.dtype.name, tensor.shape, tensor.byte_len)
+    return Checkpoint(where, kind, _SingleReader(name, tensor), {name: info}, {})
+
+
+def _npy(where: str, copy: bool) -> Tensor:
+    from .io import load_npy
+
+    return load_npy(where, copy=copy)
+
+
+def _json(where: str, copy: bool) -> Checkpoint:
+    from .io._common import open_regular
+
+    with open_regular(where) as file:
+        data = file.read()
+    if b'"weight_map"' in data:
+        from .io.safetensors import SafetensorsFile, _index_shards
+
+        del data
+        reader = SafetensorsFile(where, _index_shards(where), copy)
+        return _from_safetensors(where, reader)
+    return _single(where, "json", Tensor.from_json(data))

@@ -1,0 +1,200 @@
+"""``strided inspect``: every tensor of a checkpoint with sample statistics, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import math
+import re
+from typing import Any
+
+from .._checkpoint import Checkpoint, open_checkpoint
+from .._dtype import DType
+from .._inspect import TensorInspectionOptions
+from .._scalar import Scalar
+from ._text import byte_size, safe
+
+__all__ = ["run_inspect"]
+
+# Metadata arrays longer than this are summarized (length and first items) in --json
+# unless --full-metadata is given: a tokenizer vocabulary is megabytes of JSON.
+_ARRAY_ITEMS = 16
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """List every tensor (matching ``--name``) with its header facts and sample statistics."""
+    options = TensorInspectionOptions(max_samples=args.samples, strategy=args.strategy)
+    with open_checkpoint(args.path) as checkpoint:
+        rows = [
+            _summarize(checkpoint, name, options)
+            for name in checkpoint
+            if fnmatch.fnmatchcase(name, args.name)
+        ]
+        metadata = checkpoint.metadata
+        kind = checkpoint.format
+    if args.group:
+        rows = _group(rows)
+    totals = {
+        "tensors": sum(row["count"] for row in rows),
+        "parameters": sum(row["numel"] for row in rows),
+        "bytes": sum(row["bytes"] for row in rows),
+    }
+    if not args.full_metadata:
+        metadata = {key: _summarized(value) for key, value in metadata.items()}
+    document = {
+        "path": args.path,
+        "format": kind,
+        "metadata": metadata,
+        "tensors": rows,
+        "totals": totals,
+    }
+    if args.json:
+        print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
+    else:
+        _print_table(document)
+    return 0
+
+
+def _summarized(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > _ARRAY_ITEMS:
+        return {"length": len(value), "first": value[:_ARRAY_ITEMS]}
+    return value
+
+
+def _summarize(checkpoint: Checkpoint, name: str, options: Any) -> dict[str, Any]:
+    info = checkpoint.info(name)
+    row: dict[str, Any] = {
+        "name": name,
+        "dtype": info.dtype,
+        "shape": list(info.shape),
+        "numel": info.shape.numel,
+        "bytes": info.byte_len,
+        "count": 1,
+    }
+    if not checkpoint.readable(name):
+        return row
+    found = checkpoint.inspect(name, options)
+    row.update(
+        sampled=found.sampled,
+        min=None if found.min is None else str(found.min),
+        max=None if found.max is None else str(found.max),
+        mean=found.mean,
+        nan=found.nan_count,
+        inf=found.inf_count,
+        zeros=found.zero_count,
+    )
+    return row
+
+
+_LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)|(?<=_)\d+(?=\.)")
+
+
+def _group(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold rows whose names differ only in layer numbers (``layers.#.mlp.weight  ×6``)."""
+    groups: dict[tuple[str, str, tuple[int, ...]], dict[str, Any]] = {}
+    for row in rows:
+        key = (_LAYER_NUMBER.sub("#", row["name"]), row["dtype"], tuple(row["shape"]))
+        if key not in groups:
+            groups[key] = dict(row, name=key[0], count=0, numel=0, bytes=0)
+            for stat in ("sampled", "nan", "inf", "zeros"):
+                if stat in row:
+                    groups[key][stat] = 0
+            groups[key]["mean"] = None
+        group = groups[key]
+        group["count"] += 1
+        group["numel"] += row["numel"]
+        group["bytes"] += row["bytes"]
+        if row.get("mean") is not None:
+            # The group's mean weighs each member's sample mean by its sample count.
+            weight = group.get("_weight", 0) + row["sampled"]
+            previous = 0.0 if group["mean"] is None else group["mean"]
+            group["mean"] = previous + (row["mean"] - previous) * row["sampled"] / weight
+            group["_weight"] = weight
+        for stat in ("sampled", "nan", "inf", "zeros"):
+            if stat in row:
+                group[stat] += row[stat]
+        group["min"] = _extreme(group.get("min"), row.get("min"), row["dtype"], min)
+        group["max"] = _extreme(group.get("max"), row.get("max"), row["dtype"], max)
+    for group in groups.values():
+        group.pop("_weight", None)
+    return list(groups.values())
+
+
+def _extreme(a: str | None, b: str | None, dtype_name: str, pick: Any) -> str | None:
+    """The smaller (``min``) or larger (``max``) of two canonical scalar texts, exactly.
+
+    Values are compared as exact Scalars of their dtype (I64 extremes do not collapse
+    into one float); between zeros, -0.0 counts as the smaller, as inspection does.
+    Quantized GGUF tensors are inspected as F32.
+    """
+    if a is None or b is None:
+        return a if b is None else b
+    dtype = DType.F32 if dtype_name not in DType.__members__ else DType[dtype_name]
+
+    def key(text: str) -> tuple[Any, bool]:
+        value = Scalar.parse(dtype, text).value
+        return value, math.copysign(1.0, value) > 0 if isinstance(value, float) else True
+
+    return pick(a, b, key=key)  # type: ignore[no-any-return]
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as canonical strings and bytes/others as text.
+
+    So ``--json`` always prints strict JSON (no ``NaN`` or ``Infinity`` tokens). Nesting
+    is bounded: metadata is at most a list of lists (GGUF), rows are flat dicts.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def _print_table(document: dict[str, Any]) -> None:
+    header = ("name", "dtype", "shape", "bytes", "min", "max", "mean", "nan", "inf")
+    lines = [header]
+    for row in document["tensors"]:
+        name = safe(row["name"]) + (f"  ×{row['count']}" if row["count"] > 1 else "")
+        mean = row.get("mean")
+        lines.append(
+            (
+                name,
+                safe(row["dtype"]),
+                "[" + ", ".join(str(d) for d in row["shape"]) + "]",
+                byte_size(row["bytes"]),
+                _text(row.get("min")),
+                _text(row.get("max")),
+                "-" if mean is None else f"{mean:.6g}",
+                _text(row.get("nan")),
+                _text(row.get("inf")),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print(f"{safe(document['path'])} ({document['format']})")
+    for key, value in document["metadata"].items():
+        print(f"  {safe(key)}: {_short(value)}")
+    for line in lines:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    totals = document["totals"]
+    print(
+        f"{totals['tensors']} tensors, {totals['parameters']:,} parameters, "
+        f"{byte_size(totals['bytes'])}"
+    )
+
+
+def _text(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    text = safe(" ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

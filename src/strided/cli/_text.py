@@ -1,0 +1,76 @@
+"""Text for people: terminal-safe strings, sizes and one-line error messages."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["byte_size", "one_line", "safe", "tensor_error", "with_path"]
+
+# Control characters a file could use to drive the terminal, spelled as escapes.
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def safe(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Names and metadata come from files written by strangers: printed raw, an escape
+    sequence could recolour the terminal, retitle its window, clear the screen or, with
+    a carriage return, overwrite what was printed before. Printable text, spaces and a
+    backslash are kept as they are.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one terminal-safe line (an OSError as ``file: reason``)."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+        if error.filename is not None:
+            text = f"{os.fsdecode(error.filename)}: {text}"
+    return safe(" ".join(text.split()))
+
+
+def with_path(path: str, error: BaseException) -> str:
+    """One line naming ``path`` once (readers already start their messages with it)."""
+    text = one_line(error)
+    shown = safe(path)
+    return text if text.startswith(shown) else f"{shown}: {text}"
+
+
+def tensor_error(path: str, name: str, error: BaseException) -> str:
+    """One line naming the file and the tensor once each, whatever the reader said."""
+    text = one_line(error)
+    shown = safe(path)
+    if text.startswith(shown + ": "):
+        text = text[len(shown) + 2 :]
+    label = f"tensor {safe(repr(name))}"
+    if not text.startswith(label):
+        text = f"{label}: {text}"
+    return f"{shown}: {text}"
+
+
+def byte_size(count: int) -> str:
+    """``count`` bytes in binary units (``512 B``, ``1.5 KiB`` ... ``GiB``)."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
