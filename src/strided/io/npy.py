@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from typing import IO, Any
 
@@ -145,6 +146,9 @@ def _read_header(
     return dtype, big_endian, fortran, dims, data_start
 
 
+_LONG_SUFFIX = re.compile(r"[0-9][lL]")
+
+
 def _literal(text: str, version: tuple[int, int], where: str) -> Any:
     """The header's Python literal, never evaluated as code; a repeated key is refused.
 
@@ -156,7 +160,7 @@ def _literal(text: str, version: tuple[int, int], where: str) -> Any:
         try:
             tree = ast.parse(text, mode="eval")
         except SyntaxError:
-            if version == (3, 0):
+            if version == (3, 0) or _LONG_SUFFIX.search(text) is None:
                 raise
             tree = ast.parse(_without_longs(text), mode="eval")
         parsed = ast.literal_eval(tree)
