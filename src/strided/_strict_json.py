@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FormatError
+from ._errors import FormatError, LimitError
 
 __all__ = ["loads_strict"]
 
@@ -128,6 +128,10 @@ def loads_strict(data: bytes, where: str, max_depth: int) -> Any:
         raise FormatError(f"{where}: invalid JSON text {exc.args[0]!r}") from None
     except json.JSONDecodeError as exc:
         raise FormatError(f"{where}: invalid JSON: {exc.msg} at character {exc.pos}") from None
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except MemoryError:
+        raise LimitError(
+            f"{where}: not enough memory to hold the parsed {len(data)}-byte JSON document"
+        ) from None
+    except (ValueError, RecursionError) as exc:
         # e.g. an integer literal beyond Python's digit limit.
         raise FormatError(f"{where}: invalid JSON: {str(exc)[:120]}") from None
