@@ -100,7 +100,7 @@ DEQUANTIZABLE = frozenset(_KERNELS)
 
 # Decode this many values at a time (a multiple of 8 blocks), each chunk copied into an
 # aligned scratch buffer first: temporaries stay a few MiB for any tensor size.
-_CHUNK_VALUES = 1 << 17
+_CHUNK_VALUES = 1 << 18
 
 
 def dequantize(

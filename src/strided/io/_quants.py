@@ -6,10 +6,10 @@ C-contiguous and aligned, a multiple of 8 rows: its bytes can be read as whole u
 words) and ``out`` (float32, one block's values per row, C-contiguous) and fills
 ``out``; the caller bounds how many blocks one call sees.
 
-Speed: NumPy pays a fixed cost per contiguous run an operation walks, so the byte work
-(nibbles, bit fields) is done on the whole chunk at once as uint64 words (the masks keep
-every result bit inside its byte), and each kernel moves values into output order in as
-few strided operations as it can.
+Speed: NumPy pays a fixed cost per call and per contiguous run an operation walks, so
+the byte work (nibbles, bit fields) is done on whole chunks at once as little-endian
+uint64 words (the masks keep every result bit inside its byte), and each kernel moves
+values into output order in as few strided operations as it can.
 
 Bit-identity: every float operation is the one ggml's reference formula performs, in the
 same order and precision (float32 products such as ``d * q``, then ``+ m``), so NaN and
@@ -53,13 +53,13 @@ def f16_at(blocks: Array, at: int) -> Array:
 
 def words(blocks: Array) -> Array:
     """Every byte of ``blocks`` as one flat uint64 array (a view)."""
-    return blocks.reshape(-1).view(np.uint64)
+    return blocks.reshape(-1).view("<u8")
 
 
 def nibble_planes(blocks: Array) -> Array:
     """(2, n, block_bytes) uint8: the low nibble of every byte, then the high nibble."""
     x = words(blocks)
-    planes = np.empty((2, x.size), dtype=np.uint64)
+    planes = np.empty((2, x.size), dtype="<u8")
     np.bitwise_and(x, LOW4, out=planes[0])
     np.right_shift(x, np.uint64(4), out=planes[1])
     np.bitwise_and(planes[1], LOW4, out=planes[1])
@@ -73,7 +73,7 @@ def field_planes(blocks: Array, shifts: tuple[int, ...], mask: int) -> Array:
     neighbouring byte.
     """
     x = words(blocks)
-    planes = np.empty((len(shifts), x.size), dtype=np.uint64)
+    planes = np.empty((len(shifts), x.size), dtype="<u8")
     for plane, shift in zip(planes, shifts, strict=True):
         if shift >= 0:
             np.left_shift(x, np.uint64(shift), out=plane)
@@ -92,7 +92,7 @@ def pair_codes(payload: Array, group: int) -> Array:
     256-entry pair table yields two consecutive output values. Computed on whole uint64
     words: nibble pairs are merged into even bytes, which are then packed together.
     """
-    x = np.ascontiguousarray(payload).reshape(-1).view(np.uint64)
+    x = np.ascontiguousarray(payload).reshape(-1).view("<u8")
     halves = np.empty((2, x.size), dtype=np.uint64)
     np.bitwise_and(x, LOW4, out=halves[0])
     np.right_shift(x, np.uint64(4), out=halves[1])
@@ -105,7 +105,7 @@ def pair_codes(payload: Array, group: int) -> Array:
         np.right_shift(halves, np.uint64(shift), out=scratch)
         np.bitwise_or(halves, scratch, out=halves)
     np.bitwise_and(halves, np.uint64(0xFFFFFFFF), out=halves)  # 4 codes per word and half
-    codes = np.empty(x.size, dtype=np.uint64)
+    codes = np.empty(x.size, dtype="<u8")
     if group == 8:
         np.left_shift(halves[1], np.uint64(32), out=codes)
         np.bitwise_or(codes, halves[0], out=codes)
@@ -119,7 +119,7 @@ def pair_codes(payload: Array, group: int) -> Array:
 def pair_table(values: Array) -> Array:
     """A (256,) uint64 table: code ``c`` -> float32 pair (values[c & 15], values[c >> 4])."""
     codes = np.arange(256)
-    pairs = np.stack((values[codes & 15], values[codes >> 4]), axis=1).astype("<f4")
+    pairs = np.stack((values[codes & 15], values[codes >> 4]), axis=1).astype(np.float32)
     return np.ascontiguousarray(pairs).view(np.uint64).reshape(256)
 
 
@@ -202,12 +202,12 @@ def _five_bit(blocks: Array, high_at: int) -> Array:
     whose bits are bit 4 of each value."""
     n = blocks.shape[0]
     high = np.unpackbits(blocks[:, high_at : high_at + 4], axis=1, bitorder="little")
-    wide = high.reshape(-1).view(np.uint64)
+    wide = high.reshape(-1).view("<u8")
     np.left_shift(wide, np.uint64(4), out=wide)
-    codes = np.empty((n, 32), dtype=np.uint8)
-    low = _nibble_values(blocks, high_at + 4, 0)
-    np.bitwise_or(low, high.reshape(n, 2, 16), out=codes.reshape(n, 2, 16))
-    return codes
+    codes = np.empty((n, 2, 16), dtype=np.uint8)
+    np.copyto(codes, _nibble_values(blocks, high_at + 4, 0))
+    np.bitwise_or(codes, high.reshape(n, 2, 16), out=codes)
+    return codes.reshape(n, 32)
 
 
 def _q5_0(blocks: Array, out: Array) -> None:

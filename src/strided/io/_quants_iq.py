@@ -34,14 +34,13 @@ def _sign_patterns(bits: int) -> Array:
     return (1 - 2 * ((p >> np.arange(bits)) & 1)).astype(np.float32)
 
 
-def _even_parity_signs() -> Array:
+def _even_parity_patterns() -> Array:
     """The 128 eight-bit sign patterns of the IQ2/IQ3 types: 7 bits, the 8th for even parity."""
     p = np.arange(128)
     parity = np.zeros(128, dtype=np.int64)
     for i in range(7):
         parity ^= (p >> i) & 1
-    patterns: Array = _sign_patterns(8)[p | (parity << 7)]
-    return patterns
+    return p | (parity << 7)
 
 
 def _signed(rows: Array, signs: Array) -> Array:
@@ -52,7 +51,7 @@ def _signed(rows: Array, signs: Array) -> Array:
 @cache
 def _table(name: str) -> Array:
     if name in ("IQ2_XXS", "IQ2_XS"):
-        return _signed(grid(name), _even_parity_signs())
+        return _signed(grid(name), _sign_patterns(8)[_even_parity_patterns()])
     if name == "IQ2_S":
         return _signed(grid(name).reshape(-1, 4), _sign_patterns(4))
     if name in ("IQ3_XXS", "IQ3_S"):
@@ -63,13 +62,9 @@ def _table(name: str) -> Array:
 
 @cache
 def _nibble_pair_shifted() -> Array:
-    """(128,) uint32: the even-parity sign pattern's two nibbles as two uint16 ``n << 8``."""
-    p = np.arange(128)
-    parity = np.zeros(128, dtype=np.int64)
-    for i in range(7):
-        parity ^= (p >> i) & 1
-    pattern = p | (parity << 7)
-    return (((pattern & 15) << 8) | ((pattern >> 4) << 24)).astype(np.uint32)
+    """(128, 2) uint16: each even-parity sign pattern's low and high nibbles, ``<< 8``."""
+    pattern = _even_parity_patterns()
+    return np.stack(((pattern & 15) << 8, (pattern >> 4) << 8), axis=1).astype(np.uint16)
 
 
 def _gather(name: str, index: Array, out: Array, width: int) -> None:
@@ -154,8 +149,7 @@ def _iq3_xxs(blocks: Array, out: Array) -> None:
         np.right_shift(aux, 7 * k, out=patterns[:, :, k])
     np.bitwise_and(patterns, 127, out=patterns)
     # Rows of 4: index = sign nibble << 8 | row; each pattern signs two rows.
-    index = np.take(_nibble_pair_shifted(), patterns, mode="clip").view(np.uint16)
-    index = index.reshape(n, 64)
+    index = np.take(_nibble_pair_shifted(), patterns, axis=0, mode="clip").reshape(n, 64)
     np.bitwise_or(index, blocks[:, 2:66], out=index)
     _gather("IQ3_XXS", index, out, 4)
     _scale_groups(scale, out, 8)
