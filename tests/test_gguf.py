@@ -420,6 +420,16 @@ def test_hostile_block_claims_allocate_nothing(
     assert peak < 1 << 20
 
 
+def test_an_empty_quantized_tensor(tmp_path: Path) -> None:
+    path = tmp_path / "empty.gguf"
+    path.write_bytes(crafted([256, 0], 14, b""))
+    handle = st.open_gguf(path)
+    got = handle.get("t", dequantize=True)
+    assert got.shape == (0, 256) and got.dtype is st.DType.F32 and got.tolist() == []
+    assert handle.raw("t").shape == (0,)
+    assert_same_inspection(handle.inspect("t"), got.inspect())
+
+
 def test_a_whole_tensor_at_the_end_of_the_file_reads(tmp_path: Path) -> None:
     blocks = np.random.default_rng(1).integers(0, 256, (3, 136), dtype=np.uint8)
     path = tmp_path / "end.gguf"

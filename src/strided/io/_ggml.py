@@ -94,7 +94,8 @@ ZERO_COPY: dict[str, DType] = {
     "I32": DType.I32,
     "I64": DType.I64,
 }
-# Every block type the kernels decode, name -> kernel(blocks, out).
+# Every block type the kernels decode (exactly those ``gguf.quants.dequantize`` handles
+# besides plain F32/F16/BF16), name -> kernel(blocks, out).
 _KERNELS: dict[str, Any] = {**BASIC_KERNELS, **K_KERNELS, **IQ_KERNELS}
 DEQUANTIZABLE = frozenset(_KERNELS)
 

@@ -21,6 +21,7 @@ from ._quants import (
     pair_codes,
     take_pairs,
     two_bit_values,
+    words,
 )
 
 __all__ = ["KERNELS"]
@@ -28,10 +29,18 @@ __all__ = ["KERNELS"]
 Array = np.ndarray[Any, Any]
 
 
-def _bit_planes(field: Array, to_bit: int) -> Array:
-    """(8, n, width) uint8: bit k of every byte of ``field`` (n, width) moved to ``to_bit``."""
+def _shifted_copies(field: Array, shifts: tuple[int, ...]) -> Array:
+    """(n, len(shifts), width) uint8: the bytes of ``field`` (n, width) shifted right by
+    each of ``shifts``; bits above 7 - shift may hold the next byte's low bits (every
+    caller masks them off)."""
     packed = np.ascontiguousarray(field)
-    return field_planes(packed, tuple(to_bit - k for k in range(8)), 1 << to_bit)
+    x = words(packed)
+    copies = np.empty((len(shifts), x.size), dtype="<u8")
+    for copy, shift in zip(copies, shifts, strict=True):
+        np.right_shift(x, np.uint64(shift), out=copy)
+    spread = np.empty((packed.shape[0], len(shifts), packed.shape[1]), dtype=np.uint8)
+    np.copyto(spread, copies.view(np.uint8).reshape(len(shifts), *packed.shape).transpose(1, 0, 2))
+    return spread
 
 
 def _scaled(d: Array, scales: Array) -> Array:
@@ -80,13 +89,18 @@ def _q3_k_scales(blocks: Array) -> Array:
 def _q3_k(blocks: Array, out: Array) -> None:
     n = blocks.shape[0]
     step = _scaled(f16_at(blocks, 108), _q3_k_scales(blocks))
-    # q = low 2 bits, minus 4 where the hmask bit is clear: (low | bit << 2) - 4.
-    codes = np.empty((n, 2, 4, 32), dtype=np.uint8)
-    np.copyto(codes, two_bit_values(blocks, 32))
-    hmask = _bit_planes(blocks[:, :32], 2).transpose(1, 0, 2).reshape(n, 2, 4, 32)
-    np.bitwise_or(codes, hmask, out=codes)  # in place: cheaper than a 3-array operation
-    np.subtract(codes, 4, out=codes)
-    np.copyto(out, codes.view(np.int8).reshape(n, 256))
+    # Value 128h + 32s + j: bits 2s of byte 32 + 32h + j, minus 4 unless bit 4h + s of
+    # byte j (hmask) is set: (low | bit << 2) - 4. The hmask bytes are laid beside both
+    # halves of the low bits, the second copy shifted by 4, so that bit s serves plane s
+    # of both halves and each plane is one operation over the whole chunk.
+    low = field_planes(np.ascontiguousarray(blocks[:, 32:96]), (0, -2, -4, -6), 3)
+    hmask = np.empty((n, 2, 32), dtype=np.uint8)
+    np.copyto(hmask[:, 0], blocks[:, :32])
+    np.right_shift(blocks[:, :32], 4, out=hmask[:, 1])
+    np.bitwise_or(low, field_planes(hmask.reshape(n, 64), (2, 1, 0, -1), 4), out=low)
+    np.subtract(low, 4, out=low)
+    values = low.view(np.int8).reshape(4, n, 2, 32).transpose(1, 2, 0, 3)
+    np.copyto(out.reshape(n, 2, 4, 32), values)
     np.multiply(_per_value(step), out, out=out)
 
 
@@ -114,16 +128,16 @@ def _q4_k_like(blocks: Array, out: Array, low_at: int) -> None:
     d, dmin = f16_at(blocks, 0), f16_at(blocks, 2)
     scales, mins = _scale_min_k4(blocks)
     step, offset = _scaled(d, scales), _scaled(dmin, mins)
-    planes = nibble_planes(blocks)[:, :, low_at : low_at + 128]
-    low = planes.reshape(2, n, 4, 32).transpose(1, 2, 0, 3)
     if low_at == 16:
-        np.copyto(out.reshape(n, 4, 2, 32), low)
+        planes = nibble_planes(blocks)[:, :, 16:144]
     else:
-        codes = np.empty((n, 4, 2, 32), dtype=np.uint8)
-        np.copyto(codes, low)
-        high = _bit_planes(blocks[:, 16:48], 4).transpose(1, 0, 2).reshape(n, 4, 2, 32)
-        np.bitwise_or(codes, high, out=codes)
-        np.copyto(out, codes.reshape(n, 256))
+        # Value 64i + 32k + j: nibble k of byte 48 + 32i + j, bit 2i + k of byte 16 + j
+        # as bit 4. With the high bytes shifted right by 2i beside each group i, bit k
+        # serves every group and the merge is one operation over the whole chunk.
+        planes = nibble_planes(np.ascontiguousarray(blocks[:, 48:176]))
+        high = _shifted_copies(blocks[:, 16:48], (0, 2, 4, 6)).reshape(n, 128)
+        np.bitwise_or(planes, field_planes(high, (4, 3), 0x10), out=planes)
+    np.copyto(out.reshape(n, 4, 2, 32), planes.reshape(2, n, 4, 32).transpose(1, 2, 0, 3))
     values = out.reshape(n, 8, 32)
     np.multiply(step, values, out=values)
     np.subtract(values, offset, out=values)
@@ -139,18 +153,16 @@ def _q5_k(blocks: Array, out: Array) -> None:
 
 def _q6_k(blocks: Array, out: Array) -> None:
     n = blocks.shape[0]
-    d = f16_at(blocks, 208)
-    step = _scaled(d, blocks[:, 192:208].view(np.int8))
-    # Values 128h + 32p + j: low 4 bits from nibble p // 2 of byte 64h + 32(p % 2) + j,
-    # bits 4-5 from bits 2p of byte 128 + 32h + j.
-    low = nibble_planes(blocks)[:, :, :128].reshape(2, n, 2, 2, 32).transpose(1, 2, 0, 3, 4)
-    high = field_planes(np.ascontiguousarray(blocks[:, 128:192]), (4, 2, 0, -2), 0x30)
-    high5 = high.reshape(2, 2, n, 2, 32).transpose(2, 3, 0, 1, 4)
-    codes = np.empty((n, 2, 2, 2, 32), dtype=np.uint8)
-    np.copyto(codes, low)
-    np.bitwise_or(codes, high5, out=codes)
-    np.subtract(codes, 32, out=codes)
-    np.copyto(out, codes.view(np.int8).reshape(n, 256))
+    step = _scaled(f16_at(blocks, 208), blocks[:, 192:208].view(np.int8))
+    # Value 128h + 64k + 32m + j: nibble k of byte 64h + 32m + j, and bits 2(2k + m) of
+    # byte 128 + 32h + j as bits 4-5, minus 32. With the high bytes shifted right by 2m
+    # beside each half m, bits 4k serve both halves: one merge over the whole chunk.
+    planes = nibble_planes(np.ascontiguousarray(blocks[:, :128]))
+    high = _shifted_copies(blocks[:, 128:192].reshape(2 * n, 32), (0, 2)).reshape(n, 128)
+    np.bitwise_or(planes, field_planes(high, (4, 0), 0x30), out=planes)
+    np.subtract(planes, 32, out=planes)
+    values = planes.view(np.int8).reshape(2, n, 2, 64).transpose(1, 2, 0, 3)
+    np.copyto(out.reshape(n, 2, 2, 64), values)
     np.multiply(_per_value(step), out, out=out)
 
 

@@ -13,7 +13,13 @@ level of nesting, as the ``gguf`` writer produces for nested lists) whose elemen
 not arrays themselves. Keys are non-empty, at most 65535 bytes and unique; tensor names
 non-empty, at most 64 bytes and unique. Tensors: ``n_dims`` 1 to 4, dims within
 MAX_RANK/MAX_ELEMENTS, a known ggml type, the innermost dim a multiple of the type's
-block size, offsets aligned, spans inside the file and not overlapping.
+block size, offsets aligned, spans inside the file and not overlapping: a tensor's
+byte span is whole blocks by construction, so a claim larger than the file is refused
+at open, before anything is sized by it.
+
+Block-quantized tensors are dequantized to F32 exactly as the ``gguf`` package does
+(``GGUFFile.get``), inspected by decoding only the sampled blocks (``GGUFFile.inspect``),
+or read as their stored bytes (``GGUFFile.raw``).
 """
 
 from __future__ import annotations
@@ -298,11 +304,14 @@ class GGUFFile(TensorNames):
 
         F32, F16, BF16, F64, I8, I16, I32 and I64 tensors are zero-copy read-only views
         of the mapped file (copies when opened with ``copy=True``; ``dequantize`` changes
-        nothing for them). Block-quantized tensors of the types in ``DEQUANTIZABLE``
-        need ``dequantize=True`` and give a new F32 tensor, bit-identical to
-        ``gguf.quants.dequantize`` (NaN and infinite scales included), decoded a
-        bounded number of blocks at a time; without it they are a DTypeError, as is
-        every other ggml type (``raw`` still gives their bytes).
+        nothing for them). Block-quantized tensors of the types Q4_0, Q4_1, Q5_0, Q5_1,
+        Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+        IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4 and NVFP4 need
+        ``dequantize=True`` and give a new F32 tensor, bit-identical to
+        ``gguf.quants.dequantize`` for every block (NaN and infinite scales included),
+        decoded a bounded number of blocks at a time (memory beyond the result stays a
+        few MiB); without it they are a DTypeError, as is every other ggml type
+        (``raw`` still gives their bytes).
         """
         found = self._lookup(name)
         kind = found.kind
