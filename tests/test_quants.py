@@ -6,6 +6,7 @@ tables, chunk and padding boundaries, and no floating-point warning under
 
 from __future__ import annotations
 
+import tracemalloc
 import warnings
 from typing import Any
 
@@ -202,3 +203,20 @@ def test_wrong_byte_counts_are_format_errors() -> None:
         _ggml.dequantize(info, np.zeros(info.block_bytes, np.uint8), (2**34,), "t")
     with pytest.raises(st.FormatError, match="do not hold"):
         _ggml.dequantize(info, np.zeros(info.block_bytes, np.uint8), (255,), "t")
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q6_K", "IQ2_XS", "NVFP4", "TQ1_0"])
+def test_memory_beyond_the_output_stays_bounded(kind: str) -> None:
+    info = KINDS[kind]
+    extra = []
+    for numel in (1 << 19, 1 << 22):
+        blocks = random_blocks(kind, numel // info.block_size, 5).reshape(-1)
+        ours(kind, blocks[: 8 * info.block_bytes])  # lookup tables are built once, before
+        tracemalloc.start()
+        try:
+            values = _ggml.dequantize(info, blocks, (numel,), "t")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        extra.append(peak - values.nbytes)
+    assert extra[1] <= extra[0] + (64 << 10) and extra[1] < 8 << 20, extra

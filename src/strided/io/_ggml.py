@@ -14,6 +14,7 @@ import numpy as np
 from .._dtype import DType
 from .._errors import FormatError
 from ._quants import KERNELS as BASIC_KERNELS
+from ._quants import Kernel
 from ._quants_iq import KERNELS as IQ_KERNELS
 from ._quants_k import KERNELS as K_KERNELS
 
@@ -96,7 +97,7 @@ ZERO_COPY: dict[str, DType] = {
 }
 # Every block type the kernels decode (exactly those ``gguf.quants.dequantize`` handles
 # besides plain F32/F16/BF16), name -> kernel(blocks, out).
-_KERNELS: dict[str, Any] = {**BASIC_KERNELS, **K_KERNELS, **IQ_KERNELS}
+_KERNELS: dict[str, Kernel] = {**BASIC_KERNELS, **K_KERNELS, **IQ_KERNELS}
 DEQUANTIZABLE = frozenset(_KERNELS)
 
 # Decode this many values at a time (a multiple of 8 blocks), each chunk copied into an

@@ -21,6 +21,7 @@ products and sums follow the reference. The caller silences floating-point warni
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 Array = np.ndarray[Any, Any]
-Kernel = Any  # Callable[[Array, Array], None]
+Kernel = Callable[[Array, Array], None]
 
 
 # -- shared helpers -------------------------------------------------------------------
@@ -93,7 +94,7 @@ def pair_codes(payload: Array, group: int) -> Array:
     words: nibble pairs are merged into even bytes, which are then packed together.
     """
     x = np.ascontiguousarray(payload).reshape(-1).view("<u8")
-    halves = np.empty((2, x.size), dtype=np.uint64)
+    halves = np.empty((2, x.size), dtype="<u8")
     np.bitwise_and(x, LOW4, out=halves[0])
     np.right_shift(x, np.uint64(4), out=halves[1])
     np.bitwise_and(halves[1], LOW4, out=halves[1])

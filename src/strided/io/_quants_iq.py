@@ -11,6 +11,10 @@ kernel gathers pre-signed (or pre-shifted) rows from a table built once, indexed
 row number and sign pattern together, then multiplies by the scale. Sub-block scales
 follow the reference's float32 operations in order. Kernels take and fill arrays as
 described in ``_quants``.
+
+The tables are built on a type's first use and kept: 2 MiB for IQ2_XS (its 16-bit
+codes index the table directly), 1 MiB for IQ2_XXS, 512 KiB for IQ2_S, at most 128 KiB
+for the others.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._iq_grids import grid
-from ._quants import f16_at
+from ._quants import Kernel, f16_at
 
 __all__ = ["KERNELS"]
 
@@ -204,7 +208,7 @@ def _iq1_m(blocks: Array, out: Array) -> None:
     _scale_groups(scale, out, 16)
 
 
-KERNELS: dict[str, Any] = {
+KERNELS: dict[str, Kernel] = {
     "IQ1_S": _iq1_s,
     "IQ1_M": _iq1_m,
     "IQ2_XXS": _iq2_xxs,

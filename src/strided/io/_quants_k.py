@@ -15,6 +15,7 @@ import numpy as np
 
 from ._quants import (
     IQ4_PAIRS,
+    Kernel,
     f16_at,
     field_planes,
     nibble_planes,
@@ -181,7 +182,7 @@ def _iq4_xs(blocks: Array, out: Array) -> None:
     np.multiply(step, values, out=values)
 
 
-KERNELS: dict[str, Any] = {
+KERNELS: dict[str, Kernel] = {
     "Q2_K": _q2_k,
     "Q3_K": _q3_k,
     "Q4_K": _q4_k,
