@@ -437,3 +437,31 @@ def test_a_whole_tensor_at_the_end_of_the_file_reads(tmp_path: Path) -> None:
     got = st.open_gguf(path).get("t", dequantize=True)
     with np.errstate(all="ignore"):
         assert got.to_le_bytes() == bits_of(gq.dequantize(blocks, Q.IQ4_XS))
+
+
+def test_metadata_types_of_mixed_and_empty_nested_arrays(tmp_path: Path) -> None:
+    def text(value: str) -> bytes:
+        return len(value).to_bytes(8, "little") + value.encode()
+
+    def u32(value: int) -> bytes:
+        return value.to_bytes(4, "little")
+
+    def array(item_type: int, items: list[bytes]) -> bytes:
+        return u32(item_type) + len(items).to_bytes(8, "little") + b"".join(items)
+
+    mixed = array(9, [array(5, [u32(1)]), array(8, [text("a")])])
+    pairs = [
+        text("mixed") + u32(9) + mixed,
+        text("empty") + u32(9) + array(9, []),
+        text("same") + u32(9) + array(9, [array(6, [u32(0)]), array(6, [])]),
+    ]
+    head = b"GGUF" + u32(3) + bytes(8) + len(pairs).to_bytes(8, "little") + b"".join(pairs)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(head)
+    handle = st.open_gguf(path)
+    assert handle.metadata == {"mixed": [[1], ["a"]], "empty": [], "same": [[0.0], []]}
+    assert handle.metadata_types == {
+        "mixed": "ARRAY[ARRAY]",
+        "empty": "ARRAY[ARRAY]",
+        "same": "ARRAY[ARRAY[FLOAT32]]",
+    }
