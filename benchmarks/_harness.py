@@ -59,17 +59,30 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:8.2f} s "
 
 
+def format_rate(per_second: float, unit: str) -> str:
+    """A throughput in G or M units per second."""
+    if per_second >= 1e9:
+        return f"({per_second / 1e9:7.2f} G{unit}/s)"
+    return f"({per_second / 1e6:7.1f} M{unit}/s)"
+
+
 def report(rows: Iterator[Row]) -> None:
-    """Time each row and print strided, each reference, and strided/reference ratios."""
+    """Time each row and print strided, each reference, and strided/reference ratios.
+
+    Rows with a ``scale`` also show each side's throughput.
+    """
     for row in rows:
         ours = per_call_seconds(row.strided)
         parts = [f"{row.name:<44} strided {format_seconds(ours)}"]
         if row.scale:
-            parts.append(f"({row.scale / ours / 1e9:7.2f} G{row.unit}/s)")
+            parts.append(format_rate(row.scale / ours, row.unit))
         for label, fn in row.references.items():
             theirs = per_call_seconds(fn)
             ratio = ours / theirs if theirs else float("inf")
-            parts.append(f"| {label} {format_seconds(theirs)} ratio {ratio:6.2f}x")
+            parts.append(f"| {label} {format_seconds(theirs)}")
+            if row.scale:
+                parts.append(format_rate(row.scale / theirs, row.unit))
+            parts.append(f"ratio {ratio:6.2f}x")
         print(" ".join(parts), flush=True)
 
 

@@ -1,4 +1,9 @@
-"""The ggml tensor types GGUF files use, and vectorized Q8_0 / Q4_0 dequantization."""
+"""The ggml tensor types GGUF files use, and dequantization of their blocks to float32.
+
+The kernels live in ``_quants`` (32-value blocks, TQ, MXFP4, NVFP4), ``_quants_k``
+(K-quants, IQ4_XS) and ``_quants_iq`` (lattice types); each reproduces the ``gguf``
+package's ``gguf.quants.dequantize`` bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,21 @@ from typing import Any
 import numpy as np
 
 from .._dtype import DType
+from .._errors import FormatError
+from ._quants import KERNELS as BASIC_KERNELS
+from ._quants import Kernel
+from ._quants_iq import KERNELS as IQ_KERNELS
+from ._quants_k import KERNELS as K_KERNELS
 
-__all__ = ["DEQUANTIZABLE", "GGML_TYPES", "ZERO_COPY", "GGMLType", "dequantize"]
+__all__ = [
+    "DEQUANTIZABLE",
+    "GGML_TYPES",
+    "ZERO_COPY",
+    "GGMLType",
+    "decode_into",
+    "dequantize",
+    "sample",
+]
 
 
 class GGMLType:
@@ -77,29 +95,85 @@ ZERO_COPY: dict[str, DType] = {
     "I32": DType.I32,
     "I64": DType.I64,
 }
-DEQUANTIZABLE = frozenset({"Q8_0", "Q4_0"})
+# Every block type the kernels decode (exactly those ``gguf.quants.dequantize`` handles
+# besides plain F32/F16/BF16), name -> kernel(blocks, out).
+_KERNELS: dict[str, Kernel] = {**BASIC_KERNELS, **K_KERNELS, **IQ_KERNELS}
+DEQUANTIZABLE = frozenset(_KERNELS)
 
-# Dequantize this many blocks at a time, so temporaries stay small for any tensor.
-_BLOCKS_PER_CHUNK = 1 << 16
+# Decode this many values at a time (a multiple of 8 blocks), each chunk copied into an
+# aligned scratch buffer first: temporaries stay a few MiB for any tensor size.
+_CHUNK_VALUES = 1 << 18
 
 
-def dequantize(kind: GGMLType, data: np.ndarray[Any, Any], numel: int) -> np.ndarray[Any, Any]:
-    """Q8_0 / Q4_0 blocks (flat uint8, validated length) -> a new flat float32 array.
+def dequantize(
+    kind: GGMLType, data: np.ndarray[Any, Any], dims: tuple[int, ...], where: str
+) -> np.ndarray[Any, Any]:
+    """Blocks of ``kind`` (flat uint8) -> a new float32 array of shape ``dims``.
 
-    Each value is ``d * q`` computed in float32 (``d`` the block's F16 scale), as ggml
-    does: Q8_0 holds 32 int8 ``q``; Q4_0 holds 32 nibbles, low nibbles first, ``q`` being
-    the nibble minus 8.
+    FormatError unless ``data`` is a whole number of blocks holding exactly the values
+    ``dims`` asks for; checked before anything is allocated.
+    """
+    numel = 1
+    for dim in dims:
+        numel *= dim
+    blocks, partial = divmod(data.size, kind.block_bytes)
+    if partial or numel % kind.block_size or numel // kind.block_size != blocks:
+        raise FormatError(
+            f"{where}: {data.size} bytes of {kind.name} blocks ({kind.block_bytes} bytes "
+            f"per {kind.block_size} values) do not hold the {numel} values of shape {list(dims)}"
+        )
+    out = np.empty(dims, dtype=np.float32)
+    decode_into(kind, data.reshape(blocks, kind.block_bytes), out.reshape(blocks, kind.block_size))
+    return out
+
+
+def decode_into(kind: GGMLType, blocks: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> None:
+    """Decode ``blocks`` (uint8, (n, block_bytes)) into ``out`` (float32, (n, block_size)).
+
+    A bounded number of blocks at a time; no floating-point warning or error escapes,
+    whatever ``np.seterr`` says (NaN and infinite scales are data, not failures).
+    """
+    kernel = _KERNELS[kind.name]
+    step = max(8, _CHUNK_VALUES // kind.block_size // 8 * 8)
+    count = blocks.shape[0]
+    scratch = np.empty((min(step, -(-count // 8) * 8), kind.block_bytes), dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        for start in range(0, count, step):
+            chunk = blocks[start : start + step]
+            size = chunk.shape[0]
+            work = scratch[: -(-size // 8) * 8]
+            work[:size] = chunk
+            if size == work.shape[0]:
+                kernel(work, out[start : start + size])
+                continue
+            # The last chunk: whole groups of 8 blocks, the padding zero and discarded.
+            work[size:] = 0
+            tail = np.empty((work.shape[0], kind.block_size), dtype=np.float32)
+            kernel(work, tail)
+            out[start:] = tail[:size]
+
+
+# Blocks decoded at a time when sampling: bounds the memory of a spread-out sample.
+_SAMPLE_BLOCKS = 512
+
+
+def sample(
+    kind: GGMLType, data: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """The float32 values at flat ``positions`` (increasing) of validated ``kind`` blocks.
+
+    Only the blocks holding a position are decoded, a bounded number at a time; each
+    value is bit-identical to the same element of the whole tensor's dequantization.
     """
     blocks = data.reshape(-1, kind.block_bytes)
-    out = np.empty((blocks.shape[0], kind.block_size), dtype=np.float32)
-    for start in range(0, blocks.shape[0], _BLOCKS_PER_CHUNK):
-        chunk = blocks[start : start + _BLOCKS_PER_CHUNK]
-        scale = chunk[:, :2].view("<f2").astype(np.float32)
-        if kind.name == "Q8_0":
-            values = chunk[:, 2:].view(np.int8).astype(np.float32)
-        else:
-            packed = chunk[:, 2:]
-            nibbles = np.concatenate((packed & 0x0F, packed >> 4), axis=1)
-            values = nibbles.astype(np.float32) - np.float32(8)
-        np.multiply(values, scale, out=out[start : start + _BLOCKS_PER_CHUNK])
-    return out.reshape(numel)
+    owner = positions // kind.block_size
+    needed, slot = np.unique(owner, return_inverse=True)
+    values = np.empty(positions.size, dtype=np.float32)
+    for start in range(0, needed.size, _SAMPLE_BLOCKS):
+        chosen = needed[start : start + _SAMPLE_BLOCKS]
+        decoded = np.empty((chosen.size, kind.block_size), dtype=np.float32)
+        decode_into(kind, blocks[chosen], decoded)
+        first, last = np.searchsorted(slot, (start, start + chosen.size))
+        rows = slot[first:last] - start
+        values[first:last] = decoded[rows, positions[first:last] % kind.block_size]
+    return values

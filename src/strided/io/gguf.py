@@ -13,7 +13,13 @@ level of nesting, as the ``gguf`` writer produces for nested lists) whose elemen
 not arrays themselves. Keys are non-empty, at most 65535 bytes and unique; tensor names
 non-empty, at most 64 bytes and unique. Tensors: ``n_dims`` 1 to 4, dims within
 MAX_RANK/MAX_ELEMENTS, a known ggml type, the innermost dim a multiple of the type's
-block size, offsets aligned, spans inside the file and not overlapping.
+block size, offsets aligned, spans inside the file and not overlapping: a tensor's
+byte span is whole blocks by construction, so a claim larger than the file is refused
+at open, before anything is sized by it.
+
+Block-quantized tensors are dequantized to F32 exactly as the ``gguf`` package does
+(``GGUFFile.get``), inspected by decoding only the sampled blocks (``GGUFFile.inspect``),
+or read as their stored bytes (``GGUFFile.raw``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
+from .._inspect import TensorInspection, TensorInspectionOptions
 from .._shape import Shape
 from .._tensor import Tensor
 from ._common import (
@@ -39,6 +46,7 @@ from ._common import (
 )
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
+from ._quant_inspect import quantized_inspection
 
 __all__ = ["MAX_METADATA_VALUES", "MAX_STRING_BYTES", "GGUFFile", "open_gguf"]
 
@@ -137,12 +145,13 @@ class _Reader:
                 f"{self.where}: {what}: metadata holds more than {MAX_METADATA_VALUES} values"
             )
 
-    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+    def value(self, vtype: int, what: str, depth: int = 0) -> tuple[Any, str]:
+        """The value and its type's text (``"FLOAT32"``, ``"ARRAY[STRING]"``...)."""
         fixed = _FIXED.get(vtype)
         if fixed is not None:
-            return self.fixed_array(vtype, 1, what)[0]
+            return self.fixed_array(vtype, 1, what)[0], fixed[0]
         if vtype == _STRING:
-            return self.string(what)
+            return self.string(what), "STRING"
         if vtype != _ARRAY:
             raise FormatError(f"{self.where}: {what}: unknown value type {vtype}")
         item_type = self.u32(f"{what} element type")
@@ -154,10 +163,13 @@ class _Reader:
         self.need(count * _MIN_BYTES[item_type], f"{what} ({count} elements)")
         self.count_values(count, what)
         if item_type in _FIXED:
-            return self.fixed_array(item_type, count, what)
+            return self.fixed_array(item_type, count, what), f"ARRAY[{_FIXED[item_type][0]}]"
         if item_type == _STRING:
-            return self.string_array(count, what)
-        return [self.value(item_type, f"{what}[{i}]", depth + 1) for i in range(count)]
+            return self.string_array(count, what), "ARRAY[STRING]"
+        items = [self.value(item_type, f"{what}[{i}]", depth + 1) for i in range(count)]
+        inner = {text for _, text in items}
+        text = inner.pop() if len(inner) == 1 else "ARRAY"
+        return [value for value, _ in items], f"ARRAY[{text}]"
 
     def string_array(self, count: int, what: str) -> list[str]:
         # The hot loop of real files (vocabularies of 100k+ tokens): no per-item calls.
@@ -209,13 +221,18 @@ class GGUFFile(TensorNames):
     """An open GGUF file: metadata, and tensors read lazily as zero-copy views.
 
     Made by ``open_gguf``. ``version`` (2 or 3), ``metadata`` (a fresh dict of key ->
-    Python int/float/bool/str/list on each access), ``keys()`` (tensor names in file
-    order), ``name in f``, ``info(name)`` -> ``(ggml_type_name, Shape)`` and
-    ``get(name, dequantize=False)``. Shapes are row-major: GGUF lists dims innermost
-    first, so they are reversed. A name not in the file is an IndexingError.
+    Python int/float/bool/str/list on each access), ``metadata_types`` (key -> GGUF value
+    type), ``keys()`` (tensor names in file order), ``name in f``, ``info(name)`` ->
+    ``(ggml_type_name, Shape)``, ``raw(name)``, ``get(name, dequantize=False)`` and
+    ``inspect(name, options)``. Shapes are row-major: GGUF lists dims innermost first, so
+    they are reversed. A name not in the file is an IndexingError.
+
+    ``close()`` (also on leaving a ``with`` block) releases the file: the handle offers no
+    tensor afterwards (asking is a FormatError), while tensors already handed out stay
+    valid, each holding the mapping it views.
     """
 
-    __slots__ = ("_copy", "_metadata", "_path", "_raw", "_version")
+    __slots__ = ("_copy", "_metadata", "_path", "_raw", "_types", "_version")
 
     _by_name: dict[str, _TensorInfo]
 
@@ -223,7 +240,7 @@ class GGUFFile(TensorNames):
         self,
         path: str,
         version: int,
-        metadata: dict[str, Any],
+        metadata: tuple[dict[str, Any], dict[str, str]],
         tensors: dict[str, _TensorInfo],
         raw: np.ndarray[Any, Any],
         copy: bool = False,
@@ -232,9 +249,9 @@ class GGUFFile(TensorNames):
         self._copy = copy
         self._path = path
         self._version = version
-        self._metadata = metadata
+        self._metadata, self._types = metadata
         self._by_name = tensors
-        self._raw = raw
+        self._raw: np.ndarray[Any, Any] | None = raw
 
     @property
     def path(self) -> str:
@@ -248,44 +265,119 @@ class GGUFFile(TensorNames):
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """A fresh copy of the key-value metadata (lists copied too)."""
+        """A fresh copy of the key-value metadata (lists copied too).
+
+        Values are Python ints, floats, bools, strs and lists of them. A FLOAT32 value is
+        the Python float equal to the stored F32 number exactly (``1e-05`` as F32 is
+        ``9.999999747378752e-06``); ``metadata_types`` says which values are F32, so
+        they can be shown with F32's shortest text: ``str(Scalar(DType.F32, value))``
+        gives ``1e-05``.
+        """
         return {key: _copied(value) for key, value in self._metadata.items()}
+
+    @property
+    def metadata_types(self) -> dict[str, str]:
+        """Key -> the GGUF type of its value: ``"UINT8"``, ``"INT8"``, ``"UINT16"``,
+        ``"INT16"``, ``"UINT32"``, ``"INT32"``, ``"UINT64"``, ``"INT64"``, ``"FLOAT32"``,
+        ``"FLOAT64"``, ``"BOOL"``, ``"STRING"``, or ``"ARRAY[T]"`` with ``T`` the element
+        type. An array of arrays is ``"ARRAY[ARRAY[T]]"`` when every inner array holds
+        ``T``, and ``"ARRAY[ARRAY]"`` when it is empty or its arrays differ.
+        """
+        return dict(self._types)
 
     def info(self, name: str) -> tuple[str, Shape]:
         """``(ggml_type_name, shape)``, the shape row-major (GGUF's dims reversed)."""
         found = self._lookup(name)
         return found.kind.name, Shape._trusted(found.dims)
 
+    def raw(self, name: str) -> Tensor:
+        """The tensor's stored bytes (any ggml type) as a 1-D ``U8`` tensor.
+
+        A zero-copy read-only view of the mapped file (a copy when opened with
+        ``copy=True``).
+        """
+        found = self._lookup(name)
+        return tensor_of(self._span(found), DType.U8, self._copy)
+
     def get(self, name: str, dequantize: bool = False) -> Tensor:
         """The tensor ``name``.
 
         F32, F16, BF16, F64, I8, I16, I32 and I64 tensors are zero-copy read-only views
-        of the mapped file (``dequantize`` changes nothing for them). Q8_0 and Q4_0
-        tensors need ``dequantize=True`` and give a new F32 tensor; without it they are
-        a DTypeError, as is every other ggml type.
+        of the mapped file (copies when opened with ``copy=True``; ``dequantize`` changes
+        nothing for them). Block-quantized tensors of the types Q4_0, Q4_1, Q5_0, Q5_1,
+        Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+        IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4 and NVFP4 need
+        ``dequantize=True`` and give a new F32 tensor, bit-identical to
+        ``gguf.quants.dequantize`` for every block (NaN and infinite scales included),
+        decoded a bounded number of blocks at a time (memory beyond the result stays a
+        few MiB); without it they are a DTypeError, as is every other ggml type
+        (``raw`` still gives their bytes).
         """
         found = self._lookup(name)
         kind = found.kind
-        span = self._raw[found.begin : found.end]
+        span = self._span(found)
         dtype = ZERO_COPY.get(kind.name)
         if dtype is not None:
             return tensor_of(span.view(dtype.numpy).reshape(found.dims), dtype, self._copy)
-        where = f"{self._path}: tensor {name[:80]!r}"
-        if kind.name not in DEQUANTIZABLE:
-            raise DTypeError(f"{where}: ggml type {kind.name} is not supported")
-        if not dequantize:
+        self._check_quantized(found, dequantize)
+        values = dequantize_blocks(kind, span, found.dims, self._where(found))
+        return Tensor._adopt(values, DType.F32)
+
+    def inspect(
+        self, name: str, options: TensorInspectionOptions | None = None
+    ) -> TensorInspection:
+        """``get(name, dequantize=True).inspect(options)``, reading only what it samples.
+
+        Plain tensors are inspected in place. For a block-quantized tensor only the
+        blocks holding the sampled elements are decoded; the result equals inspecting
+        the whole dequantized F32 tensor. ``options`` as for ``Tensor.inspect``
+        (DTypeError for anything other than options or None).
+        """
+        found = self._lookup(name)
+        if options is None:
+            options = TensorInspectionOptions()
+        elif not isinstance(options, TensorInspectionOptions):
             raise DTypeError(
-                f"{where}: {kind.name} is block-quantized; pass dequantize=True for F32 values"
+                f"inspect: options must be TensorInspectionOptions or None, "
+                f"found {type(options).__name__}"
             )
-        numel = span.size // kind.block_bytes * kind.block_size
-        values = dequantize_blocks(kind, span, numel)
-        return Tensor._adopt(values.reshape(found.dims), DType.F32)
+        span = self._span(found)
+        dtype = ZERO_COPY.get(found.kind.name)
+        if dtype is not None:
+            view = Tensor._wrap(span.view(dtype.numpy).reshape(found.dims))
+            return view.inspect(options)
+        self._check_quantized(found, True)
+        return quantized_inspection(found.kind, span, found.dims, options)
+
+    def close(self) -> None:
+        """Release the file (closing twice is fine); tensors handed out stay valid."""
+        super().close()
+        self._raw = None
 
     def _lookup(self, name: object) -> _TensorInfo:
+        if self._raw is None:
+            raise FormatError(f"{self._path}: the GGUF file is closed")
         found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
         return found
+
+    def _span(self, found: _TensorInfo) -> np.ndarray[Any, Any]:
+        assert self._raw is not None  # _lookup checked
+        return self._raw[found.begin : found.end]
+
+    def _where(self, found: _TensorInfo) -> str:
+        return f"{self._path}: tensor {found.name[:80]!r}"
+
+    def _check_quantized(self, found: _TensorInfo, dequantize: bool) -> None:
+        name = found.kind.name
+        if name not in DEQUANTIZABLE:
+            raise DTypeError(f"{self._where(found)}: ggml type {name} is not supported")
+        if not dequantize:
+            raise DTypeError(
+                f"{self._where(found)}: {name} is block-quantized; "
+                "pass dequantize=True for F32 values"
+            )
 
     def __repr__(self) -> str:
         return f"GGUFFile({self._path!r}, version {self._version}, {len(self._by_name)} tensors)"
@@ -335,12 +427,12 @@ def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     tensors = _read_tensor_infos(reader, tensor_count)
     data_start = -(-reader.pos // alignment) * alignment
     _place_tensors(tensors, data_start, alignment, size, where)
-    return GGUFFile(where, version, metadata, {t.name: t for t in tensors}, raw, copy)
+    return GGUFFile(where, version, (metadata, types), {t.name: t for t in tensors}, raw, copy)
 
 
-def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[str, int]]:
+def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[str, str]]:
     metadata: dict[str, Any] = {}
-    types: dict[str, int] = {}
+    types: dict[str, str] = {}
     for i in range(count):
         key = reader.string(f"key {i}", _MAX_KEY_BYTES)
         if not key:
@@ -349,16 +441,15 @@ def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[st
             raise FormatError(f"{reader.where}: key {key[:80]!r} appears more than once")
         vtype = reader.u32(f"type of {key[:80]!r}")
         reader.count_values(1, key[:80])
-        metadata[key] = reader.value(vtype, f"value of {key[:80]!r}")
-        types[key] = vtype
+        metadata[key], types[key] = reader.value(vtype, f"value of {key[:80]!r}")
     return metadata, types
 
 
-def _alignment(reader: _Reader, metadata: dict[str, Any], types: dict[str, int]) -> int:
+def _alignment(reader: _Reader, metadata: dict[str, Any], types: dict[str, str]) -> int:
     if "general.alignment" not in metadata:
         return _DEFAULT_ALIGNMENT
     value = metadata["general.alignment"]
-    if types["general.alignment"] != 4 or value <= 0 or value & (value - 1):
+    if types["general.alignment"] != "UINT32" or value <= 0 or value & (value - 1):
         raise FormatError(
             f"{reader.where}: general.alignment must be a non-zero power of two of type "
             f"UINT32, found {value!r} of type {types['general.alignment']}"
