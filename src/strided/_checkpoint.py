@@ -70,7 +70,7 @@ class Checkpoint(Mapping[str, Tensor]):
     reader (tensors already loaded stay valid).
     """
 
-    __slots__ = ("_format", "_infos", "_metadata", "_path", "_reader")
+    __slots__ = ("_float32_keys", "_format", "_infos", "_metadata", "_path", "_reader")
 
     def __init__(
         self,
@@ -86,6 +86,7 @@ class Checkpoint(Mapping[str, Tensor]):
         self._reader: _Reader | None = reader
         self._infos = infos
         self._metadata = metadata
+        self._float32_keys: frozenset[str] = frozenset()
 
     @property
     def format(self) -> str:
@@ -105,6 +106,19 @@ class Checkpoint(Mapping[str, Tensor]):
         the plain leaves beside the tensors, under their dotted names.
         """
         return {key: _copied(value) for key, value in self._metadata.items()}
+
+    def display_metadata(self) -> dict[str, Any]:
+        """``metadata`` for people: GGUF FLOAT32 values as their shortest F32 text's value.
+
+        A GGUF FLOAT32 ``1e-05`` is stored as the F32 nearest to it, which as a Python
+        float prints ``9.999999747378752e-06``; here it is the float of F32's shortest
+        round-trip text (``1e-05``), which rounds back to the same F32.
+        """
+        shown = self.metadata
+        for key in self._float32_keys:
+            value = shown[key]
+            shown[key] = [_f32(v) for v in value] if isinstance(value, list) else _f32(value)
+        return shown
 
     def info(self, name: str) -> TensorInfo:
         """The tensor's name, dtype name, shape and stored byte length, from the header."""
@@ -171,6 +185,12 @@ class Checkpoint(Mapping[str, Tensor]):
 
     def __repr__(self) -> str:
         return f"Checkpoint({self._path!r}, format={self._format!r}, {len(self._infos)} tensors)"
+
+
+def _f32(value: float) -> float:
+    from ._scalar import Scalar
+
+    return float(str(Scalar(DType.F32, value)))
 
 
 def _copied(value: Any) -> Any:
@@ -258,7 +278,11 @@ def _gguf(where: str, copy: bool) -> Checkpoint:
         type_name, shape = handle.info(name)
         block_size, block_bytes = sizes[type_name]
         infos[name] = TensorInfo(name, type_name, shape, shape.numel // block_size * block_bytes)
-    return Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
+    checkpoint = Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
+    checkpoint._float32_keys = frozenset(
+        key for key, kind in handle.metadata_types.items() if kind in ("FLOAT32", "ARRAY[FLOAT32]")
+    )
+    return checkpoint
 
 
 class _GGUFReader:
@@ -276,10 +300,13 @@ class _GGUFReader:
         tensor: Tensor = self.handle.get(name, dequantize=_dequantizable(self.handle.info(name)[0]))
         return tensor
 
+    def inspect(self, name: str, options: TensorInspectionOptions | None) -> TensorInspection:
+        # Decodes only the blocks that hold the samples.
+        found: TensorInspection = self.handle.inspect(name, options)
+        return found
+
     def close(self) -> None:
-        close = getattr(self.handle, "close", None)
-        if close is not None:
-            close()
+        self.handle.close()
 
 
 class _SingleReader:

@@ -31,7 +31,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             for name in checkpoint
             if fnmatch.fnmatchcase(name, args.name)
         ]
-        metadata = checkpoint.metadata
+        metadata = checkpoint.display_metadata()
         kind = checkpoint.format
     if args.group:
         rows = _group(rows)
