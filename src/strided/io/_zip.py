@@ -119,8 +119,9 @@ def read_zip(
     ``map_file`` gives it); ``where`` labels every message. Only compression methods in
     ``methods`` are accepted (stored by default). Anything malformed, inconsistent,
     encrypted, multi-disk, overlapping or duplicated is a FormatError; more than
-    ``MAX_MEMBERS`` members or ``MAX_NAME_BYTES`` of names a LimitError. Nothing but
-    the names is copied out of ``raw``.
+    ``MAX_MEMBERS`` members or ``MAX_NAME_BYTES`` of names a LimitError. Only the
+    names and the last 65,557 bytes (searched for the end record) are copied out of
+    ``raw``; member data is never read.
     """
     view = raw.data
     directory = _find_directory(view, where)
