@@ -1,15 +1,19 @@
-"""Tensor files: safetensors (single and sharded), GGUF and NumPy ``.npy``."""
+"""Tensor files: safetensors (single and sharded), GGUF, NumPy ``.npy`` and ``.npz``."""
 
 from .gguf import GGUFFile, open_gguf
 from .npy import load_npy, save_npy
+from .npz import NpzFile, load_npz, open_npz
 from .safetensors import SafetensorsFile, load_safetensors, open_safetensors, save_safetensors
 
 __all__ = [
     "GGUFFile",
+    "NpzFile",
     "SafetensorsFile",
     "load_npy",
+    "load_npz",
     "load_safetensors",
     "open_gguf",
+    "open_npz",
     "open_safetensors",
     "save_npy",
     "save_safetensors",
