@@ -181,3 +181,16 @@ def test_long_metadata_arrays_are_summarized_unless_asked(tmp_path: Path) -> Non
         ).stdout
     )
     assert len(full["metadata"]["tokenizer.ggml.tokens"]) == 1000
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_through_the_door(tmp_path: Path, save: object) -> None:
+    path = tmp_path / "model.safetensors"  # the name lies; the bytes decide
+    arrays = {"a": np.arange(6, dtype=np.int16).reshape(2, 3), "b.c": np.float32(2.5)}
+    with open(path, "wb") as file:
+        save(file, **arrays)  # type: ignore[operator]
+    with st.open_checkpoint(path) as ckpt:
+        assert ckpt.format == "npz" and list(ckpt) == ["a", "b.c"]
+        assert ckpt.info("a") == st.TensorInfo("a", "I16", st.Shape((2, 3)), 12)
+        for name, array in arrays.items():
+            assert ckpt[name] == st.Tensor.from_numpy(array)

@@ -228,6 +228,10 @@ def open_checkpoint(path: str | os.PathLike[str] | bytes, copy: bool = False) ->
         return _gguf(where, copy)
     if kind == "npy":
         return _single(where, "npy", _npy(where, copy))
+    if kind == "zip":
+        return _npz(where, copy) if _zip_kind(where) == "npz" else _pytorch(where, copy)
+    if kind == "pickle":
+        return _pytorch(where, copy)
     return _json(where, copy)
 
 
@@ -236,6 +240,10 @@ def _sniff(head: bytes, where: str) -> str:
         return "gguf"
     if head.startswith(b"\x93NUMPY"):
         return "npy"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"  # a pickle's PROTO opcode: a legacy torch.save file
     if head.lstrip(b" \t\r\n").startswith(b"{"):
         return "json"
     if len(head) >= 9 and head[8:9] == b"{":
@@ -345,10 +353,69 @@ def _json(where: str, copy: bool) -> Checkpoint:
 
     with open_regular(where) as file:
         data = file.read()
-    if b'"weight_map"' in data:
-        from .io.safetensors import SafetensorsFile, _index_shards
+    # A tensor document's entries are scalar texts: it can never hold this key.
+    if b'"weight_map"' not in data:
+        return _single(where, "json", Tensor.from_json(data))
+    del data
+    if _first_shard_kind(where) == "pytorch":
+        return _pytorch(where, copy)
+    from .io.safetensors import SafetensorsFile, _index_shards
 
-        del data
-        reader = SafetensorsFile(where, _index_shards(where), copy)
-        return _from_safetensors(where, reader)
-    return _single(where, "json", Tensor.from_json(data))
+    return _from_safetensors(where, SafetensorsFile(where, _index_shards(where), copy))
+
+
+def _first_shard_kind(index: str) -> str:
+    """``"pytorch"`` when the index's first shard is a PyTorch file, else ``"safetensors"``.
+
+    The shard's first bytes decide, as for any checkpoint; the index reader then
+    validates the whole index and every shard.
+    """
+    from ._strict_json import loads_strict
+    from .io._common import open_regular
+
+    with open_regular(index) as file:
+        parsed = loads_strict(file.read(), index, 16)
+    shards = parsed.get("weight_map") if type(parsed) is dict else None
+    first = next(iter(shards.values()), None) if type(shards) is dict else None
+    if type(first) is not str or os.path.basename(first) != first or first in ("", ".", ".."):
+        return "safetensors"  # its reader names the problem
+    try:
+        with open_regular(os.path.join(os.path.dirname(index), first)) as file:
+            head = file.read(16)
+    except OSError:
+        return "safetensors"
+    return "pytorch" if head.startswith(b"PK") or head[:1] == b"\x80" else "safetensors"
+
+
+def _zip_kind(where: str) -> str:
+    """``"pytorch"`` for a zip holding ``<folder>/data.pkl`` (torch.save), else ``"npz"``."""
+    from .io._common import file_size, map_file, open_regular
+    from .io._zip import DEFLATED, STORED, read_zip
+
+    with open_regular(where) as file:
+        raw = map_file(file, file_size(file), where)
+    members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
+    is_torch = any(name == "data.pkl" or name.endswith("/data.pkl") for name in members)
+    return "pytorch" if is_torch else "npz"
+
+
+def _npz(where: str, copy: bool) -> Checkpoint:
+    from .io.npz import open_npz
+
+    return _from_reader(where, "npz", open_npz(where, copy))
+
+
+def _pytorch(where: str, copy: bool) -> Checkpoint:
+    from .io.pytorch import open_pytorch
+
+    return _from_reader(where, "pytorch", open_pytorch(where, copy))
+
+
+def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
+    """A reader whose ``info`` gives (DType name, shape) of readable tensors."""
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        itemsize = _DTYPES[dtype_name].itemsize if dtype_name in _DTYPES else 0
+        infos[name] = TensorInfo(name, dtype_name, shape, shape.numel * itemsize)
+    return Checkpoint(where, kind, reader, infos, reader.metadata)
