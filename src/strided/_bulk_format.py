@@ -15,7 +15,7 @@ the fastest path that is still exact:
   decade, so a future ``orjson`` that formats differently falls back to the exact path
   instead of writing wrong text. Without ``orjson``: ``repr`` (F64), ``shortest_text``
   (F32) per element.
-* F16, BF16 and the FP8 types: at most 65536 distinct values, so each distinct bit
+* F16, BF16 and the 8-bit floats: at most 65536 distinct values, so each distinct bit
   pattern present is formatted once (into a per-dtype table kept for later calls) and
   the array is a table lookup.
 """
@@ -200,9 +200,12 @@ def _format_small(flat: np.ndarray, dtype: DType) -> str:
     if missing.size:
         with np.errstate(invalid="ignore"):  # ml_dtypes warns when casting NaN patterns
             values = missing.astype(bits_type).view(dtype.numpy).astype(np.float64).tolist()
-        precision, emin = _small_format(dtype)
-        for pattern, value in zip(missing.tolist(), values, strict=True):
-            table[pattern] = _small_text(value, precision, emin)
+        if dtype is DType.F8_E8M0:  # its text is F64's (it is read through F64)
+            texts = [shortest_text(dtype, value) for value in values]
+        else:
+            precision, emin = _small_format(dtype)
+            texts = [_small_text(value, precision, emin) for value in values]
+        table[missing] = texts
         filled[missing] = True
     return ",".join(table[bits].tolist())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
@@ -30,15 +30,44 @@ __all__ = [
 ]
 
 
+class _SealedMemory:
+    """The owner of a computed tensor's memory, which it offers to NumPy only read-only.
+
+    It keeps the one writable array (which owns the memory) private and exposes nothing
+    but a read-only ``__array_interface__``, built afresh on each access, so no array
+    made from it can be made writable and no public attribute leads from a tensor's
+    arrays back to writable memory: ``t.numpy().base`` is the read-only storage array,
+    its ``.base`` this object. It cannot be pickled or copied (a copy would share the
+    writable array).
+    """
+
+    __slots__ = ("_owned",)
+
+    def __init__(self, owned: np.ndarray) -> None:
+        self._owned = owned
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        owned = self._owned
+        address = owned.__array_interface__["data"][0]
+        return {"shape": (owned.nbytes,), "typestr": "|u1", "data": (address, True), "version": 3}
+
+    def __getstate__(self) -> NoReturn:
+        raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
+
+
 def seal(owned: np.ndarray) -> np.ndarray:
     """Flat read-only storage over a C-contiguous array that nobody else holds.
 
-    The storage reads the memory through a read-only memoryview, so NumPy refuses to
-    make it, or any view of it, writable again (an array that owns its memory would let
-    ``t.numpy().base.flags.writeable = True`` through). No bytes are copied.
+    The storage is a read-only uint8 array over a ``_SealedMemory`` that keeps ``owned``
+    private, viewed as ``owned``'s dtype: NumPy refuses to make it, or any view of it,
+    writable again, and its ``base`` chain never reaches a writable array. No bytes are
+    copied.
     """
-    raw = memoryview(owned.reshape(-1).view(np.uint8)).toreadonly()  # type: ignore[arg-type]
-    return np.frombuffer(raw, dtype=owned.dtype)
+    return np.asarray(_SealedMemory(owned)).view(owned.dtype)
 
 
 def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
@@ -57,8 +86,9 @@ def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
 def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.ndarray:
     """A flat array over ``data``: shared when the buffer is immutable, copied otherwise.
 
-    Only ``bytes``, read-only ``memoryview`` and read-only ``mmap`` are shared (a
-    read-only NumPy array can be made writable again by its owner, so it is copied).
+    Only ``bytes``, a read-only ``mmap``, and read-only ``memoryview``s over those are
+    shared; everything else (``bytearray``, writable mmaps, NumPy arrays even when
+    read-only, ``array.array``, and memoryviews over any of these) is copied.
     """
     if isinstance(data, (str, int, float)) or data is None:
         raise FormatError(
@@ -100,10 +130,21 @@ def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.
 
 
 def _immutable(data: object, view: memoryview) -> bool:
-    # bytes, read-only memoryviews and read-only mmaps cannot change under us: share them.
-    if type(data) is bytes:
-        return True
-    return isinstance(data, (memoryview, mmap.mmap)) and view.readonly
+    """Whether the memory behind ``data`` can never change: share it then, else copy."""
+    if not view.readonly:
+        return False
+    # A memoryview's .obj is whatever exports the memory (a memoryview of a memoryview
+    # names the original exporter); a read-only view of mutable memory is still mutable.
+    for _ in range(8):
+        if type(data) is bytes:
+            return True
+        if type(data) is mmap.mmap:
+            with memoryview(data) as probe:  # ACCESS_READ mappings export read-only
+                return probe.readonly
+        if type(data) is not memoryview:
+            return False
+        data = data.obj
+    return False
 
 
 def storage_from_values(
@@ -130,10 +171,14 @@ def storage_from_values(
 
 def python_values(array: np.ndarray, dtype: DType) -> Any:
     """``array.tolist()`` with exact Python values (BF16/FP8 go through F32, exactly)."""
-    if dtype in (DType.BF16, DType.F8_E4M3, DType.F8_E5M2):
+    if dtype in _ML_DTYPES:
         with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
             return array.astype(np.float32).tolist()
     return array.tolist()
+
+
+# The ml_dtypes types, whose tolist() gives their own scalars rather than Python floats.
+_ML_DTYPES = frozenset(dtype for dtype in DType if dtype.numpy.kind == "V")
 
 
 def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import ml_dtypes
 import numpy as np
 
-from ._dtype import DType
+from ._dtype import DType, finite_range
 from ._errors import DTypeError, FormatError, LimitError, RangeError
 from ._floats import MAX_DIGITS, parse_float, round_exact, shortest_text
 
@@ -20,11 +20,9 @@ PyValue = bool | int | float
 """The exact Python value of a scalar: bool for BOOL, int for integers, float for floats."""
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
-_INT_RANGE = {
-    dtype: (int(np.iinfo(dtype.numpy).min), int(np.iinfo(dtype.numpy).max))
-    for dtype in DType
-    if dtype.is_integer
-} | {DType.BOOL: (0, 1)}
+_INT_RANGE = {dtype: finite_range(dtype) for dtype in DType if dtype.is_integer} | {
+    DType.BOOL: (0, 1)
+}
 _BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
 
 # ml_dtypes scalars are NumPy scalars but not np.floating / np.integer subclasses.

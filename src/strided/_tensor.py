@@ -28,10 +28,11 @@ from ._construct import (
     storage_from_bytes,
     storage_from_values,
 )
-from ._dtype import DType, as_dtype
+from ._dtype import DType, as_dtype, finite_range
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
 from ._limits import check_dims, int_text
+from ._memory import guard_function, view_only
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
 from ._shape import Shape
@@ -127,9 +128,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
     @classmethod
     def zeros(cls, dtype: DType | str, shape: Iterable[SupportsIndex]) -> Tensor:
-        """A tensor of zeros (``false`` for BOOL)."""
+        """A tensor of zeros (``false`` for BOOL); RangeError for F8_E8M0, which has no zero."""
         dt = as_dtype(dtype)
-        return cls._adopt(np.zeros(check_dims(shape), dtype=dt.numpy), dt)
+        dims = check_dims(shape)
+        if finite_range(dt)[0] > 0:  # no zero among the values: full raises RangeError
+            return cls.full(dt, dims, 0)
+        return cls._adopt(np.zeros(dims, dtype=dt.numpy), dt)
 
     @classmethod
     def full(cls, dtype: DType | str, shape: Iterable[SupportsIndex], value: object) -> Tensor:
@@ -225,6 +229,27 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
             raise TypeError("len() of a rank-0 tensor")
         return int(self._array.shape[0])
 
+    def __bool__(self) -> bool:
+        """NumPy's rule: the truth of the only element, at any rank (rank 0 included).
+
+        An element is true when it is not zero (NaN is true), for every dtype, the
+        storage-only ones included. More than one element is ambiguous, and so is none
+        (as in NumPy 2): both are ShapeError, a ValueError.
+        """
+        array = self._array
+        if array.size == 1:
+            return bool(_scalar_at(array.reshape(-1)[0], self._dtype).value)
+        if array.size == 0:
+            raise ShapeError(
+                "bool: the truth value of an empty tensor is ambiguous; "
+                "use `not t.is_empty` to test for elements"
+            )
+        raise ShapeError(
+            f"bool: the truth value of a tensor with more than one element (shape "
+            f"{self.shape}) is ambiguous; compare explicitly"
+        )
+
+    @view_only
     def __iter__(self) -> Iterator[Tensor]:
         if not self._array.ndim:
             raise TypeError("iteration over a rank-0 tensor")
@@ -267,18 +292,27 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         return self._array.tobytes(order="C")
 
     def numpy(self) -> np.ndarray:
-        """A read-only NumPy view of the tensor (zero-copy)."""
-        return self._array
+        """A fresh read-only NumPy view of the tensor (zero-copy).
+
+        Each call returns a new array object: changing its ``shape``, ``dtype`` or
+        ``strides`` changes only that array, and it cannot be made writable (nor can
+        any array reachable from it through public attributes; see the class docstring).
+        """
+        return self._array.view()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy 2's protocol: a fresh read-only view, or with ``copy=True`` or another
+        ``dtype`` a writable copy the caller owns (``copy=False`` with a dtype change is
+        ValueError, as NumPy requires)."""
         if dtype is not None and np.dtype(dtype) != self._array.dtype:
             if copy is False:
                 raise ValueError("a copy is needed to change the dtype")
             return self._array.astype(dtype)
-        return self._array.copy() if copy else self._array
+        return self._array.copy() if copy else self._array.view()
 
     # -- views ---------------------------------------------------------------------
 
+    @view_only
     def __getitem__(self, index: object) -> Tensor:
         """Basic indexing: a view sharing storage (see ``slice``)."""
         # The hot path: plain ints, slices and None go straight to NumPy, which both
@@ -300,6 +334,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         _set_array(result, view)
         return result
 
+    @view_only
     def slice(self, index: object) -> Tensor:
         """``t[index]``: ints (negative allowed), slices with any step, ``None`` and one
         ``...``; a lone index or a tuple. All-int indices give a rank-0 view. Anything
@@ -307,6 +342,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """
         return self._wrap(_indexing.apply(self._array, _indexing.normalize(index)))
 
+    @view_only
     def transpose(self, axes: Iterable[SupportsIndex] | None = None) -> Tensor:
         """A view with the axes permuted (``None`` reverses them)."""
         if axes is None:
@@ -328,6 +364,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """All axes reversed, as ``transpose()``."""
         return self._wrap(self._array.transpose())
 
+    @view_only  # hot; the materializing path is guarded on its own (_reshaped_copy)
     def reshape(self, *shape: Any) -> Tensor:
         """The same elements in a new shape; at most one ``-1`` is inferred.
 
@@ -357,7 +394,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         check_dims(target, "reshape")
         if array.flags.c_contiguous:
             return self._wrap(array.reshape(target))
-        return self._adopt(array.reshape(target), self._dtype)
+        return _reshaped_copy(self, target)
 
     def broadcast_to(self, shape: Iterable[SupportsIndex]) -> Tensor:
         """A new contiguous tensor of ``shape`` by NumPy's broadcasting rule."""
@@ -437,6 +474,13 @@ _PLAIN_INDEX = frozenset({int, slice, type(None)})
 _ndarray = np.ndarray
 
 
+def _copy_in_shape(tensor: Tensor, dims: tuple[int, ...]) -> Tensor:
+    return tensor._adopt(tensor._array.reshape(dims), tensor._dtype)
+
+
+_reshaped_copy = guard_function(_copy_in_shape, "reshape")
+
+
 def _unpickle(dtype: str, shape: tuple[int, ...], data: bytes) -> Tensor:
     return Tensor.from_le_bytes(DType.parse(dtype), shape, data)
 
@@ -490,6 +534,7 @@ def _structurally_equal(a: Tensor, b: Tensor) -> bool:
     return bool(np.all(same_bits | both_nan))
 
 
+@guard_function
 def tensor(values: object, dtype: DType | str) -> Tensor:
     """A tensor from nested Python lists (like ``numpy.array``), converted exactly.
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, LimitError
+from .._memory import guard_function
 from .._tensor import Tensor
 from ._common import (
     PathLike,
@@ -63,6 +64,7 @@ for _dtype, _code in ((DType.BOOL, "b1"), (DType.I8, "i1"), (DType.U8, "u1")):
 _WRITE_DESCR = {dtype: np.dtype(dtype.numpy).str for dtype, big in _DESCR.values() if not big}
 
 
+@guard_function
 def load_npy(path: PathLike, copy: bool = False) -> Tensor:
     """The array in a ``.npy`` file as a Tensor, memory-mapped read-only.
 
@@ -201,6 +203,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+@guard_function
 def save_npy(path: PathLike, tensor: Tensor) -> None:
     """Write ``tensor`` as a version 1.0 ``.npy`` file that ``numpy.load`` reads.
 
