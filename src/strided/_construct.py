@@ -21,6 +21,7 @@ from ._scalar import Scalar
 from ._shape import Shape
 
 __all__ = [
+    "ReadOnlyMemory",
     "nested_shape",
     "python_values",
     "seal",
@@ -30,33 +31,48 @@ __all__ = [
 ]
 
 
-class _SealedMemory:
-    """The owner of a computed tensor's memory, which it offers to NumPy only read-only.
+class ReadOnlyMemory:
+    """Base of the private objects that own a tensor storage's memory.
 
-    It keeps the one writable array (which owns the memory) private and exposes nothing
-    but a read-only ``__array_interface__``, built afresh on each access, so no array
-    made from it can be made writable and no public attribute leads from a tensor's
-    arrays back to writable memory: ``t.numpy().base`` is the read-only storage array,
-    its ``.base`` this object. It cannot be pickled or copied (a copy would share the
-    writable array).
+    Such an owner offers its memory (``_size`` bytes at ``_address``) to NumPy only as a
+    read-only ``__array_interface__``, a fresh dict on each access (a stored one could
+    be edited to claim writable memory): arrays made from it cannot be made writable,
+    and it has no buffer of its own to write through. It refuses to be pickled or
+    copied, since a copy would claim the same memory (and could release it).
     """
 
-    __slots__ = ("_owned",)
-
-    def __init__(self, owned: np.ndarray) -> None:
-        self._owned = owned
+    __slots__ = ("_address", "_size")
+    _address: int
+    _size: int
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
-        owned = self._owned
-        address = owned.__array_interface__["data"][0]
-        return {"shape": (owned.nbytes,), "typestr": "|u1", "data": (address, True), "version": 3}
+        return {
+            "shape": (self._size,),
+            "typestr": "|u1",
+            "data": (self._address, True),
+            "version": 3,
+        }
 
     def __getstate__(self) -> NoReturn:
         raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
+
+
+class _SealedMemory(ReadOnlyMemory):
+    """The owner of a computed tensor's memory: it keeps the one writable array (which
+    owns the memory) private, so no public attribute leads from a tensor's arrays back
+    to writable memory (``t.numpy().base`` is the read-only storage array, its
+    ``.base`` this object)."""
+
+    __slots__ = ("_owned",)
+
+    def __init__(self, owned: np.ndarray) -> None:
+        self._owned = owned
+        self._address = owned.__array_interface__["data"][0]
+        self._size = owned.nbytes
 
 
 def seal(owned: np.ndarray) -> np.ndarray:

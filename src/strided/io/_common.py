@@ -25,11 +25,13 @@ import mmap
 import os
 import secrets
 import stat
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Self
 
 import numpy as np
 
+from .._construct import ReadOnlyMemory
 from .._dtype import DType
 from .._errors import FormatError, LimitError, ShapeError
 from .._limits import check_dims
@@ -157,15 +159,16 @@ _LIBC = _c_library()
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-class _Mapping:
+class _Mapping(ReadOnlyMemory):
     """A read-only shared mapping of a whole file that owns no file descriptor.
 
-    It offers its memory to NumPy only as a read-only array interface: the arrays made
-    from it cannot be made writable, and it has no buffer of its own to write through.
-    The pages are unmapped when the last array over them is garbage-collected.
+    As every ``ReadOnlyMemory``, it offers its memory to NumPy only read-only and cannot
+    be copied (a copy would unmap the pages under live tensors). The pages are unmapped
+    when the last array over them is garbage-collected, by a finalizer that no public
+    method can run early (an explicit ``__del__()`` call could).
     """
 
-    __slots__ = ("__array_interface__", "_address", "_size")
+    __slots__ = ("__weakref__",)
 
     def __init__(self, fd: int, size: int, where: str) -> None:
         address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
@@ -174,16 +177,8 @@ class _Mapping:
             raise OSError(error, os.strerror(error), where)
         self._address = address
         self._size = size
-        self.__array_interface__ = {
-            "shape": (size,),
-            "typestr": "|u1",
-            "data": (address, True),
-            "version": 3,
-        }
-
-    def __del__(self) -> None:
-        if _LIBC is not None and getattr(self, "_address", None):
-            _LIBC.munmap(self._address, self._size)
+        # Not at exit: arrays over the pages may still be read while Python shuts down.
+        weakref.finalize(self, _LIBC.munmap, address, size).atexit = False
 
 
 def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:
@@ -194,7 +189,25 @@ def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:
     """
     if copy:
         return Tensor._adopt(view.copy(order="C"), dtype)
-    return Tensor._wrap(view)
+    return Tensor._wrap(_rebased(view))
+
+
+def _rebased(view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``view`` over a storage array of its own, over the same mapping.
+
+    A reader keeps slicing its flat array of the file for later tensors, so that array
+    must not be a tensor's storage: ``t.numpy().base`` would hand it out, and changing
+    its ``shape``, ``dtype`` or ``strides`` would change what the reader returns next.
+    Tensors of one file still ``shares_storage`` each other (same memory).
+    """
+    flat: Any = view.base  # the reader's flat array of the file
+    owner = flat.base
+    if isinstance(owner, ReadOnlyMemory):
+        fresh = np.asarray(owner)
+    else:  # Python's read-only mmap, where the C library is not available
+        fresh = np.frombuffer(owner, dtype=np.uint8)
+    start = view.__array_interface__["data"][0] - flat.__array_interface__["data"][0]
+    return np.ndarray(view.shape, view.dtype, buffer=fresh, offset=start, strides=view.strides)
 
 
 def file_size(file: IO[bytes]) -> int:
