@@ -93,9 +93,7 @@ NO_NPY_NAME = ["BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"]
 @settings(max_examples=40, deadline=None)
 @given(data=hs.data())
 def test_views_round_trip_through_save_npy(data: hs.DataObject) -> None:
-    dtype = data.draw(
-        hs.sampled_from([d for d in st.DType if d.name not in NO_NPY_NAME])
-    )
+    dtype = data.draw(hs.sampled_from([d for d in st.DType if d.name not in NO_NPY_NAME]))
     shape = data.draw(shapes(min_rank=0, max_rank=3, max_dim=4))
     tensor = st.Tensor.from_numpy(data.draw(arrays(dtype, shape)))
     view = tensor

@@ -257,8 +257,10 @@ class ArithMethods(TensorInternals):
         To integer or BOOL targets every value must be representable (1.5 -> I32,
         300 -> I8, NaN -> I32, 2 -> BOOL are RangeError). To float targets values round
         to nearest-even once; a finite value that overflows (for F8_E4M3: beyond 464) is
-        RangeError; infinities and NaN carry over (NaN only, into F8_E4M3). Converting to
-        the tensor's own dtype returns the tensor itself.
+        RangeError; infinities and NaN carry over (NaN only, into F8_E4M3). F8_E8M0 does
+        not round: every value must be exactly one of its powers of two, or NaN
+        (RangeError otherwise, naming the element). Converting to the tensor's own dtype
+        returns the tensor itself.
         """
         target = as_dtype(dtype)
         source = self._dtype

@@ -23,6 +23,7 @@ the fastest path that is still exact:
 from __future__ import annotations
 
 import math
+import mmap
 from fractions import Fraction
 from typing import Any
 
@@ -50,9 +51,21 @@ _BOOL_TEXT = np.array(["false", "true"], dtype=object)
 _BANDS = ((1e-11, 1.5e-4), (5e12, 2e16))
 
 
+# Elements formatted at a time: bounds every temporary (and orjson's buffers) however
+# large the array.
+_CHUNK = 1 << 16
+
+
 @_QUIET
 def format_flat(flat: np.ndarray, dtype: DType) -> str:
     """The canonical texts of a 1-D array of ``dtype``, joined by ``","`` (``""`` if empty)."""
+    if flat.size <= _CHUNK:
+        return _format_chunk(flat, dtype)
+    pieces = range(0, flat.size, _CHUNK)
+    return ",".join([_format_chunk(flat[start : start + _CHUNK], dtype) for start in pieces])
+
+
+def _format_chunk(flat: np.ndarray, dtype: DType) -> str:
     if flat.size == 0:
         return ""
     flat = np.ascontiguousarray(flat)
@@ -71,25 +84,42 @@ def format_flat(flat: np.ndarray, dtype: DType) -> str:
 # -- orjson ------------------------------------------------------------------------
 
 
-def _orjson_digits(flat: np.ndarray) -> str | None:
-    """``orjson``'s text of the array without the brackets, or None when unavailable."""
-    if orjson is None:
-        return None
+def _orjson_body(flat: np.ndarray) -> bytes | None:
+    """``orjson``'s text of the array without the brackets, or None when it cannot."""
+    _room_for(flat.size)
     try:
-        raw = orjson.dumps(flat, option=_NUMPY_OPTION)
+        raw: bytes = orjson.dumps(flat, option=_NUMPY_OPTION)
     except Exception:  # e.g. a big-endian host's non-native arrays: use the exact path
         return None
-    return raw[1:-1].decode("ascii")
+    return raw[1:-1]
+
+
+def _room_for(count: int) -> None:
+    """MemoryError unless the address space has room for orjson's text of ``count`` values.
+
+    orjson crashes the process instead of raising when an allocation fails (as under an
+    address-space limit), so the room its growing buffer needs (at most 64 bytes a
+    value) is mapped and released first, where a failure is an ordinary MemoryError.
+    """
+    try:
+        mmap.mmap(-1, 64 * count + mmap.PAGESIZE).close()
+    except OSError:
+        raise MemoryError from None
+
+
+def _orjson_digits(flat: np.ndarray) -> str | None:
+    """``orjson``'s text of an integer or BOOL array, or None when unavailable."""
+    if orjson is None:
+        return None
+    raw = _orjson_body(flat)
+    return None if raw is None else raw.decode("ascii")
 
 
 def _format_wide(flat: np.ndarray, dtype: DType) -> str:
     if orjson is not None and _orjson_agrees(dtype):
-        try:
-            raw = orjson.dumps(flat, option=_NUMPY_OPTION)
-        except Exception:
-            raw = None
+        raw = _orjson_body(flat)
         if raw is not None:
-            return _canonicalize(raw[1:-1], flat).decode("ascii")
+            return _canonicalize(raw, flat).decode("ascii")
     if dtype is DType.F64:
         return ",".join(map(repr, flat.tolist()))  # repr is F64's canonical text
     return ",".join([shortest_text(dtype, value) for value in flat.tolist()])

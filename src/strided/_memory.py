@@ -84,12 +84,21 @@ def guard_function(function: F, name: str | None = None) -> F:
     return guarded  # type: ignore[return-value]
 
 
+def _public_name(cls: type, name: str) -> str:
+    """How an error names the method: ``zeros``, ``add`` for ``__add__`` and ``__radd__``."""
+    if name in ("__new__", "__init__"):
+        return cls.__name__
+    if name.startswith("__r") and f"__{name[3:]}" in vars(cls):  # a reflected operator
+        return name[3:-2]
+    return name.strip("_")
+
+
 def guard_methods(cls: C) -> C:
     """Guard the methods ``cls`` defines itself (see the module docstring); returns ``cls``."""
     for name, member in list(vars(cls).items()):
         if name.startswith("_") and not (name.endswith("__") and name not in _SKIP):
             continue
-        what = cls.__name__ if name in ("__new__", "__init__") else name.strip("_")
+        what = _public_name(cls, name)
         if isinstance(member, (classmethod, staticmethod)):
             function = member.__func__
             if function not in _VIEW_ONLY:

@@ -2,11 +2,17 @@
 
 A Tensor holds one NumPy array, ``_array``: a read-only view whose shape, strides and
 offset are the tensor's. Its ``base`` is the flat read-only storage array that every view
-of the same data shares (NumPy collapses a view of a view onto that same base), so a
-view is a new ``_array`` over the same storage and never copies. Keeping a single slot
-makes view creation cheap: building a Tensor is one allocation and one store.
-Everything is built through ``Tensor._wrap`` (trusted) or the public constructors,
-which validate first.
+of the same data shares (NumPy collapses a view of a view onto the first array whose own
+base is not an array), so a view is a new ``_array`` over the same storage and never
+copies. Keeping a single slot makes view creation cheap: building a Tensor is one
+allocation and one store. Everything is built through ``Tensor._wrap`` (trusted) or the
+public constructors, which validate first.
+
+The storage's own base is what holds the memory, and is never writable: ``bytes``, a
+read-only ``mmap`` (through a read-only memoryview), or a ``ReadOnlyMemory`` owner
+(computed results, memory-mapped files) that offers NumPy only a read-only array
+interface. Users only ever get fresh views (``numpy()``, ``__array__``), so the arrays
+the tensors themselves hold cannot be reshaped or retyped from outside.
 """
 
 from __future__ import annotations
@@ -54,6 +60,17 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     ``Tensor.from_numpy``, ``Tensor.zeros``, ``Tensor.full`` or ``Tensor.scalar``; the
     constructor itself is private. Views (indexing, ``transpose``, ``mT``, contiguous
     ``reshape``) share storage and never copy; nothing ever changes a tensor.
+
+    Immutability covers every public path: ``t.numpy()`` and ``numpy.asarray(t)`` give a
+    fresh read-only view each time (changing its ``shape``, ``dtype`` or ``strides``
+    changes only that array), it cannot be made writable, and neither can anything
+    reachable from it through public attributes (``.base``, ``.base.base``, ``.data``,
+    ``memoryview(...).obj``, the storage owner's ``__array_interface__``, which is
+    read-only and rebuilt on each access). What lies outside the contract: chains
+    through underscore-prefixed (private) attributes, the ``gc`` module, ``ctypes`` and
+    raw pointers, and replacing attributes of strided's own classes. ``bool(t)`` follows
+    NumPy: the truth of the only element (NaN is true); more than one element, or none,
+    is a ShapeError. Running out of memory in any public method is a LimitError.
     """
 
     __slots__ = ("_array",)
@@ -71,7 +88,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
     @classmethod
     def _wrap(cls, array: np.ndarray) -> Tensor:
-        """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage."""
+        """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage.
+
+        The storage is a read-only array whose own base never writes: ``bytes`` or a
+        read-only mmap (through a read-only memoryview), or any ``ReadOnlyMemory``
+        owner (a read-only array interface). Any such array works; nothing is checked.
+        """
         self = _new(cls)
         _set_array(self, array)
         return self
@@ -106,9 +128,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     ) -> Tensor:
         """A tensor over packed little-endian bytes (``len(data) == numel * itemsize``).
 
-        Immutable buffers (``bytes``, read-only ``memoryview``, read-only ``mmap``) are
-        shared without copying; anything writable is copied first. BOOL bytes other than
-        0 and 1 are FormatError, so bytes round-trip exactly.
+        Memory that can never change is shared without copying: ``bytes``, a read-only
+        ``mmap``, and read-only ``memoryview``s over those. Everything else is copied
+        first: ``bytearray``, writable mmaps, NumPy arrays (even read-only ones, which
+        their owner can make writable again), ``array.array``, and read-only memoryviews
+        over any of these. BOOL bytes other than 0 and 1 are FormatError, so bytes
+        round-trip exactly.
         """
         dt = as_dtype(dtype)
         dims = check_dims(shape)
