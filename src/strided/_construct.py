@@ -75,6 +75,20 @@ class _SealedMemory(ReadOnlyMemory):
         self._size = owned.nbytes
 
 
+class _BorrowedMemory(ReadOnlyMemory):
+    """The owner of shared immutable memory other than a whole ``bytes`` object (a
+    read-only mmap, a memoryview of one or of ``bytes``): it holds the memoryview that
+    keeps the memory alive (and a mapping open) privately, since a memoryview reachable
+    from a tensor could be ``release()``d, and the mapping then closed, under it."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: memoryview, raw: np.ndarray) -> None:
+        self._view = view
+        self._address = raw.__array_interface__["data"][0]
+        self._size = raw.nbytes
+
+
 def seal(owned: np.ndarray) -> np.ndarray:
     """Flat read-only storage over a C-contiguous array that nobody else holds.
 
@@ -139,10 +153,12 @@ def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.
         if bad.size:
             first = int(bad[0])
             raise FormatError(f"from_le_bytes: BOOL byte {first} is {int(raw[first])}, not 0 or 1")
-    flat = raw.view(dtype.numpy)
-    if _immutable(data, view):
-        return flat
-    return seal(flat.copy())
+    if not _immutable(data, view):
+        return seal(raw.view(dtype.numpy).copy())
+    if type(data) is bytes:
+        # NumPy keeps the bytes object itself as the base: nothing to write or release.
+        return np.frombuffer(data, dtype=dtype.numpy)
+    return np.asarray(_BorrowedMemory(view, raw)).view(dtype.numpy)
 
 
 def _immutable(data: object, view: memoryview) -> bool:
