@@ -209,6 +209,56 @@ def test_the_owner_behind_numpy_base_base_is_not_writable(tensors: dict[str, st.
         assert t.to_le_bytes() == before, label
 
 
+_REBUILD_ATTACKS = textwrap.dedent(
+    """
+    import gc, sys
+    import numpy as np
+    import strided as st
+
+    n = 1 << 16
+    values = np.arange(n, dtype=np.int64)
+    st.save_safetensors(sys.argv[1], {"v": st.Tensor.from_numpy(values)})
+    tensors = [
+        st.Tensor.from_numpy(values),
+        st.Tensor.from_le_bytes(st.DType.I64, (n,), values.tobytes()),
+        st.Tensor.from_le_bytes(st.DType.I64, (n,), memoryview(values.tobytes())),
+        st.load_safetensors(sys.argv[1])["v"],
+    ]
+    tensors.append(tensors[0][::-1])
+    facts = lambda: [(t.sum().value, t.offset, t.storage_byte_len, t.strides) for t in tensors]
+    before = facts()
+    for tensor in tensors:
+        for handed in (tensor.numpy(), np.asarray(tensor)):
+            for target in (handed.base, handed):
+                # pickle's hook: it swaps an array's memory and drops its base
+                target.__setstate__((1, (2,), np.dtype("u1"), False, b"ab"))
+        owner = tensor.numpy().base.base
+        try:
+            owner.__init__(np.zeros(3))  # must not re-point the owner
+        except TypeError:
+            pass
+    del handed, target, owner
+    gc.collect()
+    junk = [np.full(n, 7) for _ in range(64)]
+    print(facts() == before, before[0][0] == n * (n - 1) // 2)
+    """
+)
+
+
+def test_rebuilding_what_is_handed_out_cannot_free_or_move_the_memory(tmp_path: Path) -> None:
+    # Run apart: on an unprotected tensor this reads freed memory and may crash.
+    done = subprocess.run(
+        [sys.executable, "-c", _REBUILD_ATTACKS, str(tmp_path / "v.safetensors")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+
+
 def test_nothing_reachable_can_release_the_memory(tmp_path: Path) -> None:
     # A memoryview reachable from a tensor could be release()d, and a mapping closed,
     # leaving the tensor over freed memory.

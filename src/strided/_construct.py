@@ -22,6 +22,8 @@ from ._shape import Shape
 
 __all__ = [
     "ReadOnlyMemory",
+    "borrow",
+    "fresh_view",
     "nested_shape",
     "python_values",
     "seal",
@@ -34,11 +36,13 @@ __all__ = [
 class ReadOnlyMemory:
     """Base of the private objects that own a tensor storage's memory.
 
-    Such an owner offers its memory (``_size`` bytes at ``_address``) to NumPy only as a
-    read-only ``__array_interface__``, a fresh dict on each access (a stored one could
-    be edited to claim writable memory): arrays made from it cannot be made writable,
-    and it has no buffer of its own to write through. It refuses to be pickled or
-    copied, since a copy would claim the same memory (and could release it).
+    Every storage array's ``base`` is one of these or a ``bytes`` object. The owner
+    offers its memory (``_size`` bytes at ``_address``) to NumPy only as a read-only
+    ``__array_interface__``, a fresh dict on each access (a stored one could be edited
+    to claim writable memory): arrays made from it cannot be made writable, and it has
+    no buffer of its own to write through or release. It is built in ``__new__`` (so
+    calling ``__init__`` again changes nothing) and refuses to be pickled or copied,
+    since a copy would claim the same memory.
     """
 
     __slots__ = ("_address", "_size")
@@ -63,16 +67,17 @@ class ReadOnlyMemory:
 
 class _SealedMemory(ReadOnlyMemory):
     """The owner of a computed tensor's memory: it keeps the one writable array (which
-    owns the memory) private, so no public attribute leads from a tensor's arrays back
-    to writable memory (``t.numpy().base`` is the read-only storage array, its
-    ``.base`` this object)."""
+    owns the memory) private, so no public attribute leads back to writable memory."""
 
     __slots__ = ("_owned",)
+    _owned: np.ndarray
 
-    def __init__(self, owned: np.ndarray) -> None:
+    def __new__(cls, owned: np.ndarray) -> _SealedMemory:
+        self = object.__new__(cls)
         self._owned = owned
         self._address = owned.__array_interface__["data"][0]
         self._size = owned.nbytes
+        return self
 
 
 class _BorrowedMemory(ReadOnlyMemory):
@@ -82,11 +87,14 @@ class _BorrowedMemory(ReadOnlyMemory):
     from a tensor could be ``release()``d, and the mapping then closed, under it."""
 
     __slots__ = ("_view",)
+    _view: memoryview
 
-    def __init__(self, view: memoryview, raw: np.ndarray) -> None:
+    def __new__(cls, view: memoryview, raw: np.ndarray) -> _BorrowedMemory:
+        self = object.__new__(cls)
         self._view = view
         self._address = raw.__array_interface__["data"][0]
         self._size = raw.nbytes
+        return self
 
 
 def seal(owned: np.ndarray) -> np.ndarray:
@@ -98,6 +106,33 @@ def seal(owned: np.ndarray) -> np.ndarray:
     copied.
     """
     return np.asarray(_SealedMemory(owned)).view(owned.dtype)
+
+
+def borrow(view: memoryview) -> np.ndarray:
+    """Flat read-only uint8 storage over the immutable memory ``view`` exports (``view``
+    is C-contiguous; it is kept, privately, for as long as the storage lives)."""
+    raw = np.frombuffer(view.cast("B") if view.format != "B" else view, dtype=np.uint8)
+    return np.asarray(_BorrowedMemory(view, raw))
+
+
+def fresh_view(array: np.ndarray) -> np.ndarray:
+    """A new read-only array over a tensor array's elements, sharing no array object
+    with any tensor.
+
+    It is built on a new flat array over the storage's owner (``bytes`` or a
+    ``ReadOnlyMemory``), not on the shared storage array: reshaping, retyping or
+    ``__setstate__`` on what a caller gets (or on its ``.base``) then touches only
+    arrays nobody else holds, and can neither change nor free a tensor's memory.
+    """
+    storage: Any = array.base
+    owner = storage.base
+    bytes_owner = type(owner) is bytes
+    flat = np.frombuffer(owner, dtype=np.uint8) if bytes_owner else np.asarray(owner)
+    if array.size:
+        start = array.__array_interface__["data"][0] - storage.__array_interface__["data"][0]
+    else:  # indexing an empty array may leave its pointer past the end: nothing to read
+        start = 0
+    return np.ndarray(array.shape, array.dtype, buffer=flat, offset=start, strides=array.strides)
 
 
 def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:

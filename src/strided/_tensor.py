@@ -8,11 +8,12 @@ copies. Keeping a single slot makes view creation cheap: building a Tensor is on
 allocation and one store. Everything is built through ``Tensor._wrap`` (trusted) or the
 public constructors, which validate first.
 
-The storage's own base is what holds the memory, and is never writable: ``bytes``, a
-read-only ``mmap`` (through a read-only memoryview), or a ``ReadOnlyMemory`` owner
-(computed results, memory-mapped files) that offers NumPy only a read-only array
-interface. Users only ever get fresh views (``numpy()``, ``__array__``), so the arrays
-the tensors themselves hold cannot be reshaped or retyped from outside.
+The storage's own base is what holds the memory, and is never writable: ``bytes``, or
+a ``ReadOnlyMemory`` owner (computed results, shared read-only mmaps and memoryviews,
+memory-mapped files) that offers NumPy only a read-only array interface. Users only
+ever get fresh arrays (``numpy()``, ``__array__``) built on a new flat array over that
+owner, so neither a tensor's own arrays nor its storage array are reachable from
+outside: nothing done to what a user holds can reshape, retype, re-point or free them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from . import _indexing
 from ._arith import ArithMethods
 from ._construct import (
     check_numpy_input,
+    fresh_view,
     nested_shape,
     python_values,
     seal,
@@ -62,11 +64,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     ``reshape``) share storage and never copy; nothing ever changes a tensor.
 
     Immutability covers every public path: ``t.numpy()`` and ``numpy.asarray(t)`` give a
-    fresh read-only view each time (changing its ``shape``, ``dtype`` or ``strides``
-    changes only that array), it cannot be made writable, and neither can anything
-    reachable from it through public attributes (``.base``, ``.base.base``, ``.data``,
-    ``memoryview(...).obj``, the storage owner's ``__array_interface__``, which is
-    read-only and rebuilt on each access). What lies outside the contract: chains
+    fresh read-only view each time, over a fresh flat array (changing either one's
+    ``shape``, ``dtype`` or ``strides`` changes only it), it cannot be made writable,
+    and neither can anything reachable from it through public attributes (``.base``,
+    ``.base.base``, ``.data``, ``memoryview(...).obj``, the storage owner's
+    ``__array_interface__``, which is read-only and rebuilt on each access); nothing
+    reachable can free or unmap the memory. What lies outside the contract: chains
     through underscore-prefixed (private) attributes, the ``gc`` module, ``ctypes`` and
     raw pointers, and replacing attributes of strided's own classes. ``bool(t)`` follows
     NumPy: the truth of the only element (NaN is true); more than one element, or none,
@@ -90,9 +93,9 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     def _wrap(cls, array: np.ndarray) -> Tensor:
         """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage.
 
-        The storage is a read-only array whose own base never writes: ``bytes`` or a
-        read-only mmap (through a read-only memoryview), or any ``ReadOnlyMemory``
-        owner (a read-only array interface). Any such array works; nothing is checked.
+        The storage is a read-only array whose own base is ``bytes`` or any
+        ``ReadOnlyMemory`` owner (a read-only array interface); ``numpy()`` builds its
+        fresh arrays on that base. Any such array works; nothing is checked.
         """
         self = _new(cls)
         _set_array(self, array)
@@ -319,11 +322,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     def numpy(self) -> np.ndarray:
         """A fresh read-only NumPy view of the tensor (zero-copy).
 
-        Each call returns a new array object: changing its ``shape``, ``dtype`` or
-        ``strides`` changes only that array, and it cannot be made writable (nor can
-        any array reachable from it through public attributes; see the class docstring).
+        Each call returns a new array over a new flat array of the same memory (its
+        ``.base``): changing their ``shape``, ``dtype`` or ``strides``, or even their
+        ``__setstate__``, changes only them. Neither can be made writable, nor can
+        anything reachable from them through public attributes (see the class docstring).
         """
-        return self._array.view()
+        return fresh_view(self._array)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """NumPy 2's protocol: a fresh read-only view, or with ``copy=True`` or another
@@ -333,7 +337,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
             if copy is False:
                 raise ValueError("a copy is needed to change the dtype")
             return self._array.astype(dtype)
-        return self._array.copy() if copy else self._array.view()
+        return self._array.copy() if copy else fresh_view(self._array)
 
     # -- views ---------------------------------------------------------------------
 

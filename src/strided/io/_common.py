@@ -31,7 +31,7 @@ from typing import IO, Any, Self
 
 import numpy as np
 
-from .._construct import ReadOnlyMemory
+from .._construct import ReadOnlyMemory, borrow
 from .._dtype import DType
 from .._errors import FormatError, LimitError, ShapeError
 from .._limits import check_dims
@@ -134,7 +134,7 @@ def map_file(file: IO[bytes], expected_size: int, where: str) -> np.ndarray[Any,
         # No C library to map with (not a POSIX system): Python's mmap, which keeps a
         # descriptor per mapping.
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(mapping, dtype=np.uint8)
+        return borrow(memoryview(mapping))
     return np.asarray(_Mapping(file.fileno(), expected_size, where))
 
 
@@ -170,15 +170,17 @@ class _Mapping(ReadOnlyMemory):
 
     __slots__ = ("__weakref__",)
 
-    def __init__(self, fd: int, size: int, where: str) -> None:
+    def __new__(cls, fd: int, size: int, where: str) -> _Mapping:
         address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if address is None or address == _MAP_FAILED:
             error = ctypes.get_errno()
             raise OSError(error, os.strerror(error), where)
+        self = object.__new__(cls)
         self._address = address
         self._size = size
         # Not at exit: arrays over the pages may still be read while Python shuts down.
         weakref.finalize(self, _LIBC.munmap, address, size).atexit = False
+        return self
 
 
 def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:
@@ -189,25 +191,7 @@ def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:
     """
     if copy:
         return Tensor._adopt(view.copy(order="C"), dtype)
-    return Tensor._wrap(_rebased(view))
-
-
-def _rebased(view: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """``view`` over a storage array of its own, over the same mapping.
-
-    A reader keeps slicing its flat array of the file for later tensors, so that array
-    must not be a tensor's storage: ``t.numpy().base`` would hand it out, and changing
-    its ``shape``, ``dtype`` or ``strides`` would change what the reader returns next.
-    Tensors of one file still ``shares_storage`` each other (same memory).
-    """
-    flat: Any = view.base  # the reader's flat array of the file
-    owner = flat.base
-    if isinstance(owner, ReadOnlyMemory):
-        fresh = np.asarray(owner)
-    else:  # Python's read-only mmap, where the C library is not available
-        fresh = np.frombuffer(owner, dtype=np.uint8)
-    start = view.__array_interface__["data"][0] - flat.__array_interface__["data"][0]
-    return np.ndarray(view.shape, view.dtype, buffer=fresh, offset=start, strides=view.strides)
+    return Tensor._wrap(view)
 
 
 def file_size(file: IO[bytes]) -> int:
