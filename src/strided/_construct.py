@@ -124,14 +124,16 @@ def fresh_view(array: np.ndarray) -> np.ndarray:
     ``__setstate__`` on what a caller gets (or on its ``.base``) then touches only
     arrays nobody else holds, and can neither change nor free a tensor's memory.
     """
-    storage: Any = array.base
-    owner = storage.base
-    bytes_owner = type(owner) is bytes
-    flat = np.frombuffer(owner, dtype=np.uint8) if bytes_owner else np.asarray(owner)
-    if array.size:
-        start = array.__array_interface__["data"][0] - storage.__array_interface__["data"][0]
-    else:  # indexing an empty array may leave its pointer past the end: nothing to read
-        start = 0
+    if not array.size:  # indexing an empty array may leave its pointer past the end
+        empty = np.frombuffer(b"", dtype=np.uint8)
+        return np.ndarray(array.shape, array.dtype, strides=array.strides, buffer=empty)
+    owner: Any = array.base.base  # type: ignore[union-attr]
+    if isinstance(owner, ReadOnlyMemory):
+        flat, begin = np.asarray(owner), owner._address
+    else:  # bytes
+        flat = np.frombuffer(owner, dtype=np.uint8)
+        begin = flat.__array_interface__["data"][0]
+    start = array.__array_interface__["data"][0] - begin
     return np.ndarray(array.shape, array.dtype, buffer=flat, offset=start, strides=array.strides)
 
 
