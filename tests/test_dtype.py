@@ -29,6 +29,7 @@ NUMPY_NAMES = {
     D.F64: "float64",
     D.F8_E4M3: "float8_e4m3fn",
     D.F8_E5M2: "float8_e5m2",
+    D.F8_E8M0: "float8_e8m0fnu",
 }
 NUMPY_TYPES = {
     D.BOOL: np.bool_,
@@ -46,13 +47,14 @@ NUMPY_TYPES = {
     D.F64: np.float64,
     D.F8_E4M3: ml_dtypes.float8_e4m3fn,
     D.F8_E5M2: ml_dtypes.float8_e5m2,
+    D.F8_E8M0: ml_dtypes.float8_e8m0fnu,
 }
 
 
 def test_the_closed_set() -> None:
     assert [d.name for d in D] == [
         "BOOL", "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64",
-        "F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2",
+        "F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
     ]  # fmt: skip
     assert str(D.BF16) == "BF16"
     assert repr(D.I16) == "DType.I16"
@@ -114,8 +116,19 @@ def test_integer_ranges(dtype: st.DType) -> None:
 def test_float_ranges(dtype: st.DType) -> None:
     info = ml_dtypes.finfo(dtype.numpy)
     assert dtype.max.value == float(info.max)
-    assert dtype.min.value == -float(info.max)
+    # ml_dtypes' min is the most negative value, or for sign-less F8_E8M0 the smallest.
+    assert dtype.min.value == float(info.min)
     assert dtype.max.dtype is dtype
+
+
+def test_e8m0_range_is_its_powers_of_two() -> None:
+    every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    assert D.F8_E8M0.min.value == 2.0**-127 == every[0]
+    assert D.F8_E8M0.max.value == 2.0**127 == every[254]
+    assert np.isnan(every[255])
+    assert not D.F8_E8M0.is_signed and D.F8_E8M0.is_float and D.F8_E8M0.is_storage_only
+    assert D.parse("float8_e8m0fnu") is D.F8_E8M0 is D.parse("f8_e8m0")
+    assert D.from_numpy(ml_dtypes.float8_e8m0fnu) is D.F8_E8M0
 
 
 def test_bool_range_and_special_maxima() -> None:
@@ -128,14 +141,14 @@ def test_bool_range_and_special_maxima() -> None:
 
 
 def test_predicates() -> None:
-    floats = {D.F16, D.BF16, D.F32, D.F64, D.F8_E4M3, D.F8_E5M2}
+    floats = {D.F16, D.BF16, D.F32, D.F64, D.F8_E4M3, D.F8_E5M2, D.F8_E8M0}
     ints = {D.I8, D.I16, D.I32, D.I64, D.U8, D.U16, D.U32, D.U64}
-    signed = floats | {D.I8, D.I16, D.I32, D.I64}
+    signed = floats - {D.F8_E8M0} | {D.I8, D.I16, D.I32, D.I64}
     for dtype in D:
         assert dtype.is_float == (dtype in floats)
         assert dtype.is_integer == (dtype in ints)
         assert dtype.is_signed == (dtype in signed)
-        assert dtype.is_storage_only == (dtype in {D.F8_E4M3, D.F8_E5M2})
+        assert dtype.is_storage_only == (dtype in {D.F8_E4M3, D.F8_E5M2, D.F8_E8M0})
     assert not D.BOOL.is_integer and not D.BOOL.is_float and not D.BOOL.is_signed
 
 

@@ -86,12 +86,14 @@ def test_every_format_version(tmp_path: Path, version: tuple[int, int]) -> None:
     np.testing.assert_array_equal(st.load_npy(path).numpy(), array)
 
 
+# The ml_dtypes types: NumPy would write them as opaque void types.
+NO_NPY_NAME = ["BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"]
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=hs.data())
 def test_views_round_trip_through_save_npy(data: hs.DataObject) -> None:
-    dtype = data.draw(
-        hs.sampled_from([d for d in st.DType if d.name not in ("BF16", "F8_E4M3", "F8_E5M2")])
-    )
+    dtype = data.draw(hs.sampled_from([d for d in st.DType if d.name not in NO_NPY_NAME]))
     shape = data.draw(shapes(min_rank=0, max_rank=3, max_dim=4))
     tensor = st.Tensor.from_numpy(data.draw(arrays(dtype, shape)))
     view = tensor
@@ -110,10 +112,10 @@ def test_views_round_trip_through_save_npy(data: hs.DataObject) -> None:
         assert header_end % 64 == 0  # data aligned as NumPy aligns it
 
 
-@pytest.mark.parametrize("dtype", ["BF16", "F8_E4M3", "F8_E5M2"])
+@pytest.mark.parametrize("dtype", NO_NPY_NAME)
 def test_dtypes_without_an_npy_name_are_refused(tmp_path: Path, dtype: str) -> None:
     with pytest.raises(st.DTypeError, match=dtype):
-        st.save_npy(tmp_path / "x.npy", st.Tensor.zeros(dtype, (2,)))
+        st.save_npy(tmp_path / "x.npy", st.Tensor.full(dtype, (2,), 1))
     assert list(tmp_path.iterdir()) == []
 
 

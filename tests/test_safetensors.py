@@ -177,9 +177,10 @@ def test_saved_order_matches_the_reference_for_bf16_and_fp8(tmp_path: Path) -> N
         "d": np.arange(4, dtype=np.float16),
         "e": np.arange(4, dtype=np.int8),
         "f": np.zeros(4, dtype=np.bool_),
+        "g": np.arange(4, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu),
     }
     names = {"a": "float8_e4m3fn", "b": "float8_e5m2", "c": "bfloat16", "d": "float16"}
-    names |= {"e": "int8", "f": "bool"}
+    names |= {"e": "int8", "f": "bool", "g": "float8_e8m0fnu"}
     reference = safetensors.serialize({k: spec(names[k], v) for k, v in parts.items()})
     path = tmp_path / "o.safetensors"
     st.save_safetensors(path, {k: st.Tensor.from_numpy(v) for k, v in parts.items()})
@@ -276,7 +277,7 @@ def test_inspect_goes_through_the_tensor(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("ref_name", "file_name"),
-    [("float8_e8m0fnu", "F8_E8M0"), ("complex64", "C64"), ("float4_e2m1fn_x2", "F4")],
+    [("float8_e4m3fnuz", "F8_E4M3FNUZ"), ("complex64", "C64"), ("float4_e2m1fn_x2", "F4")],
 )
 def test_dtypes_without_a_strided_equivalent(tmp_path: Path, ref_name: str, file_name: str) -> None:
     array = np.arange(16, dtype=np.uint8)
@@ -476,3 +477,22 @@ def test_saving_over_the_file_being_read(tmp_path: Path) -> None:
     again = st.load_safetensors(path)
     assert again["a"].tolist() == [5, 4, 3, 2, 1, 0]
     assert again["b"].tolist() == loaded["a"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_e8m0_files_of_the_reference_writer_read_zero_copy(tmp_path: Path) -> None:
+    # Every bit pattern: the 255 powers of two and NaN. The reference's NumPy and
+    # PyTorch loaders have no F8_E8M0 type, so its Rust parser (deserialize) checks ours.
+    every = np.arange(256, dtype=np.uint8)
+    path = tmp_path / "e8m0.safetensors"
+    safetensors.serialize_file({"scales": spec("float8_e8m0fnu", every.reshape(16, 16))}, str(path))
+    handle = st.open_safetensors(path)
+    assert handle.info("scales") == ("F8_E8M0", st.Shape([16, 16]))
+    scales = handle.get("scales")
+    assert scales.dtype is st.DType.F8_E8M0 and scales.to_le_bytes() == every.tobytes()
+    values = [float(s) for s in scales.to_scalars()]
+    assert values[:255] == [2.0**k for k in range(-127, 128)] and values[255] != values[255]
+    out = tmp_path / "out.safetensors"
+    st.save_safetensors(out, {"scales": scales[::-1]})
+    ((name, info),) = safetensors.deserialize(out.read_bytes())
+    assert (name, info["dtype"], info["shape"]) == ("scales", "F8_E8M0", [16, 16])
+    assert bytes(info["data"]) == every.reshape(16, 16)[::-1].tobytes()

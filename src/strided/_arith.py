@@ -10,8 +10,7 @@ nothing wrapped, or raises RangeError naming the first offending element.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,14 +19,14 @@ from . import _checked
 from ._base import TensorInternals
 from ._convert import convert_array, narrow, widen
 from ._dtype import DType, as_dtype
-from ._errors import DTypeError, LimitError
+from ._errors import DTypeError
 from ._limits import check_dims
 from ._scalar import Scalar
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["ArithMethods", "BinaryOp", "check_arithmetic", "memory_guard"]
+__all__ = ["ArithMethods", "BinaryOp", "check_arithmetic"]
 
 
 class BinaryOp(enum.Enum):
@@ -96,20 +95,6 @@ def check_arithmetic(what: str, dtype: DType) -> None:
         raise DTypeError(
             f"{what}: {dtype.name} is storage-only and supports no arithmetic; convert to F32 first"
         )
-
-
-@contextmanager
-def memory_guard(what: str) -> Iterator[None]:
-    """Turn NumPy's MemoryError (a legal but too large result) into LimitError."""
-    try:
-        yield
-    except MemoryError:
-        raise out_of_memory(what) from None
-
-
-def out_of_memory(what: str) -> LimitError:
-    """The LimitError for a result of legal size that still does not fit in memory."""
-    return LimitError(f"{what}: the result does not fit in memory")
 
 
 def _as_op(op: object) -> BinaryOp:
@@ -272,15 +257,16 @@ class ArithMethods(TensorInternals):
         To integer or BOOL targets every value must be representable (1.5 -> I32,
         300 -> I8, NaN -> I32, 2 -> BOOL are RangeError). To float targets values round
         to nearest-even once; a finite value that overflows (for F8_E4M3: beyond 464) is
-        RangeError; infinities and NaN carry over (NaN only, into F8_E4M3). Converting to
-        the tensor's own dtype returns the tensor itself.
+        RangeError; infinities and NaN carry over (NaN only, into F8_E4M3). F8_E8M0 does
+        not round: every value must be exactly one of its powers of two, or NaN
+        (RangeError otherwise, naming the element). Converting to the tensor's own dtype
+        returns the tensor itself.
         """
         target = as_dtype(dtype)
         source = self._dtype
         if target is source:
             return self  # type: ignore[return-value]
-        with memory_guard("convert"):
-            return self._adopt(convert_array(self._array, source, target), target)
+        return self._adopt(convert_array(self._array, source, target), target)
 
     # -- Python operators: a tensor or a scalar-like on either side ----------------------
 
@@ -356,10 +342,7 @@ def _tensor_op(op: BinaryOp, left: ArithMethods, right: ArithMethods) -> Tensor:
             f"{op.value}: dtypes differ ({dtype.name} and {right._dtype.name}); there is no "
             f"implicit promotion, convert one side first"
         )
-    try:
-        result, result_dtype = compute(op, dtype, left._array, right._array)
-    except MemoryError:
-        raise out_of_memory(op.value) from None
+    result, result_dtype = compute(op, dtype, left._array, right._array)
     return left._adopt(result, result_dtype)
 
 
@@ -368,10 +351,7 @@ def _scalar_op(op: BinaryOp, tensor: ArithMethods, value: object, reflected: boo
     check_arithmetic(op.value, dtype)
     scalar = _scalar_array(dtype, value)
     left, right = (scalar, tensor._array) if reflected else (tensor._array, scalar)
-    try:
-        result, result_dtype = compute(op, dtype, left, right)
-    except MemoryError:
-        raise out_of_memory(op.value) from None
+    result, result_dtype = compute(op, dtype, left, right)
     return tensor._adopt(result, result_dtype)
 
 
@@ -394,10 +374,9 @@ def _unary(
     check_arithmetic(op, dtype)
     if dtype is DType.BOOL:
         raise DTypeError(f"{op}: not defined for BOOL; convert to an integer dtype first")
-    with memory_guard(op):
-        if dtype.is_float:
-            return tensor._adopt(float_kernel(tensor._array, dtype), dtype)
-        return tensor._adopt(_checked.checked_unary(op, dtype, tensor._array), dtype)
+    if dtype.is_float:
+        return tensor._adopt(float_kernel(tensor._array, dtype), dtype)
+    return tensor._adopt(_checked.checked_unary(op, dtype, tensor._array), dtype)
 
 
 def _float_neg(array: np.ndarray, dtype: DType) -> np.ndarray:

@@ -1,8 +1,11 @@
-"""The part of Tensor its method mixins rely on, declared once for type checkers."""
+"""The base of Tensor and its method mixins: their shared private surface, declared once
+for type checkers, and the MemoryError guard every public method gets."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from ._memory import guard_methods
 
 if TYPE_CHECKING:
     import numpy as np
@@ -14,9 +17,15 @@ __all__ = ["TensorInternals"]
 
 
 class TensorInternals:
-    """Base of Tensor's mixins: at run time empty; to mypy, Tensor's private surface."""
+    """Base of Tensor's mixins: to mypy, Tensor's private surface; at run time, the one
+    place that guards every public method of Tensor and its mixins against MemoryError
+    (``_memory.guard_methods``: it becomes LimitError)."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        guard_methods(cls)
 
     if TYPE_CHECKING:
         _array: np.ndarray

@@ -15,7 +15,7 @@ the fastest path that is still exact:
   decade, so a future ``orjson`` that formats differently falls back to the exact path
   instead of writing wrong text. Without ``orjson``: ``repr`` (F64), ``shortest_text``
   (F32) per element.
-* F16, BF16 and the FP8 types: at most 65536 distinct values, so each distinct bit
+* F16, BF16 and the 8-bit floats: at most 65536 distinct values, so each distinct bit
   pattern present is formatted once (into a per-dtype table kept for later calls) and
   the array is a table lookup.
 """
@@ -23,6 +23,7 @@ the fastest path that is still exact:
 from __future__ import annotations
 
 import math
+import mmap
 from fractions import Fraction
 from typing import Any
 
@@ -50,9 +51,21 @@ _BOOL_TEXT = np.array(["false", "true"], dtype=object)
 _BANDS = ((1e-11, 1.5e-4), (5e12, 2e16))
 
 
+# Elements formatted at a time: bounds every temporary (and orjson's buffers) however
+# large the array.
+_CHUNK = 1 << 16
+
+
 @_QUIET
 def format_flat(flat: np.ndarray, dtype: DType) -> str:
     """The canonical texts of a 1-D array of ``dtype``, joined by ``","`` (``""`` if empty)."""
+    if flat.size <= _CHUNK:
+        return _format_chunk(flat, dtype)
+    pieces = range(0, flat.size, _CHUNK)
+    return ",".join([_format_chunk(flat[start : start + _CHUNK], dtype) for start in pieces])
+
+
+def _format_chunk(flat: np.ndarray, dtype: DType) -> str:
     if flat.size == 0:
         return ""
     flat = np.ascontiguousarray(flat)
@@ -71,25 +84,42 @@ def format_flat(flat: np.ndarray, dtype: DType) -> str:
 # -- orjson ------------------------------------------------------------------------
 
 
-def _orjson_digits(flat: np.ndarray) -> str | None:
-    """``orjson``'s text of the array without the brackets, or None when unavailable."""
-    if orjson is None:
-        return None
+def _orjson_body(flat: np.ndarray) -> bytes | None:
+    """``orjson``'s text of the array without the brackets, or None when it cannot."""
+    _room_for(flat.size)
     try:
-        raw = orjson.dumps(flat, option=_NUMPY_OPTION)
+        raw: bytes = orjson.dumps(flat, option=_NUMPY_OPTION)
     except Exception:  # e.g. a big-endian host's non-native arrays: use the exact path
         return None
-    return raw[1:-1].decode("ascii")
+    return raw[1:-1]
+
+
+def _room_for(count: int) -> None:
+    """MemoryError unless the address space has room for orjson's text of ``count`` values.
+
+    orjson crashes the process instead of raising when an allocation fails (as under an
+    address-space limit), so the room its growing buffer needs (at most 64 bytes a
+    value) is mapped and released first, where a failure is an ordinary MemoryError.
+    """
+    try:
+        mmap.mmap(-1, 64 * count + mmap.PAGESIZE).close()
+    except OSError:
+        raise MemoryError from None
+
+
+def _orjson_digits(flat: np.ndarray) -> str | None:
+    """``orjson``'s text of an integer or BOOL array, or None when unavailable."""
+    if orjson is None:
+        return None
+    raw = _orjson_body(flat)
+    return None if raw is None else raw.decode("ascii")
 
 
 def _format_wide(flat: np.ndarray, dtype: DType) -> str:
     if orjson is not None and _orjson_agrees(dtype):
-        try:
-            raw = orjson.dumps(flat, option=_NUMPY_OPTION)
-        except Exception:
-            raw = None
+        raw = _orjson_body(flat)
         if raw is not None:
-            return _canonicalize(raw[1:-1], flat).decode("ascii")
+            return _canonicalize(raw, flat).decode("ascii")
     if dtype is DType.F64:
         return ",".join(map(repr, flat.tolist()))  # repr is F64's canonical text
     return ",".join([shortest_text(dtype, value) for value in flat.tolist()])
@@ -200,9 +230,12 @@ def _format_small(flat: np.ndarray, dtype: DType) -> str:
     if missing.size:
         with np.errstate(invalid="ignore"):  # ml_dtypes warns when casting NaN patterns
             values = missing.astype(bits_type).view(dtype.numpy).astype(np.float64).tolist()
-        precision, emin = _small_format(dtype)
-        for pattern, value in zip(missing.tolist(), values, strict=True):
-            table[pattern] = _small_text(value, precision, emin)
+        if dtype is DType.F8_E8M0:  # its text is F64's (it is read through F64)
+            texts = [shortest_text(dtype, value) for value in values]
+        else:
+            precision, emin = _small_format(dtype)
+            texts = [_small_text(value, precision, emin) for value in values]
+        table[missing] = texts
         filled[missing] = True
     return ",".join(table[bits].tolist())
 

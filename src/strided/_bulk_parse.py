@@ -22,6 +22,7 @@ parser would, falling back to ``parse_value`` only for the entries it cannot vou
    format (then the decimal itself decides the tie). Midpoints are found vectorized:
    with ``nextafter`` for F32, and by a sorted table of every midpoint for the 8- and
    16-bit floats, which also rounds them (ml_dtypes would round through F32, twice).
+   F8_E8M0 does not round: an F64 value that is not exactly one of its values is redone.
 
 Every error names the entry: ``data[17]: malformed F32 text '1..2'``.
 """
@@ -244,7 +245,19 @@ def _narrow(dtype: DType, values: np.ndarray, redo: np.ndarray, tokens: _Tokens)
         return values
     if dtype is DType.F32:
         return _narrow_f32(values, redo)
+    if dtype is DType.F8_E8M0:
+        return _narrow_e8m0(values, nan, redo)
     return _narrow_small(dtype, values, nan, redo)
+
+
+def _narrow_e8m0(values: np.ndarray, nan: np.ndarray, redo: np.ndarray) -> np.ndarray:
+    """F8_E8M0 takes the F64 value only when it is exactly 2**k, -127 <= k <= 127 (or NaN);
+    anything else (zero, infinities, other values) is redone, which raises RangeError."""
+    significand, exponent = np.frexp(values)
+    exact = (significand == 0.5) & (exponent >= -126) & (exponent <= 128)
+    redo |= ~exact & ~nan
+    bits: np.ndarray = np.where(exact, exponent + 126, 255).astype(np.uint8)
+    return bits.view(DType.F8_E8M0.numpy)
 
 
 def _narrow_f32(values: np.ndarray, redo: np.ndarray) -> np.ndarray:

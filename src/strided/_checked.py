@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dtype import DType
+from ._dtype import DType, finite_range
 from ._errors import DivisionError, RangeError
 
 __all__ = [
@@ -41,11 +41,7 @@ _U64 = np.dtype(np.uint64)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
-_RANGES = {
-    dtype: (int(np.iinfo(dtype.numpy).min), int(np.iinfo(dtype.numpy).max))
-    for dtype in DType
-    if dtype.is_integer
-}
+_RANGES = {dtype: finite_range(dtype) for dtype in DType if dtype.is_integer}
 
 
 def int_range(dtype: DType) -> tuple[int, int]:

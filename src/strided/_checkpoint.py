@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from ._dtype import DType
 from ._errors import FormatError
 from ._inspect import TensorInspection, TensorInspectionOptions
+from ._memory import guard_function, guard_methods
 from ._shape import Shape
 from ._tensor import Tensor
 
@@ -56,6 +57,7 @@ class _Reader(Protocol):
     def close(self) -> None: ...
 
 
+@guard_methods
 class Checkpoint(Mapping[str, Tensor]):
     """An opened checkpoint of any supported format: a read-only mapping name -> Tensor.
 
@@ -203,6 +205,7 @@ def _dequantizable(type_name: str) -> bool:
     return type_name in DEQUANTIZABLE
 
 
+@guard_function
 def open_checkpoint(path: str | os.PathLike[str] | bytes, copy: bool = False) -> Checkpoint:
     """Open any supported checkpoint, recognizing its format from its first bytes.
 

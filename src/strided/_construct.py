@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from ._scalar import Scalar
 from ._shape import Shape
 
 __all__ = [
+    "ReadOnlyMemory",
+    "borrow",
+    "fresh_view",
     "nested_shape",
     "python_values",
     "seal",
@@ -30,15 +33,108 @@ __all__ = [
 ]
 
 
+class ReadOnlyMemory:
+    """Base of the private objects that own a tensor storage's memory.
+
+    Every storage array's ``base`` is one of these or a ``bytes`` object. The owner
+    offers its memory (``_size`` bytes at ``_address``) to NumPy only as a read-only
+    ``__array_interface__``, a fresh dict on each access (a stored one could be edited
+    to claim writable memory): arrays made from it cannot be made writable, and it has
+    no buffer of its own to write through or release. It is built in ``__new__`` (so
+    calling ``__init__`` again changes nothing) and refuses to be pickled or copied,
+    since a copy would claim the same memory.
+    """
+
+    __slots__ = ("_address", "_size")
+    _address: int
+    _size: int
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        return {
+            "shape": (self._size,),
+            "typestr": "|u1",
+            "data": (self._address, True),
+            "version": 3,
+        }
+
+    def __getstate__(self) -> NoReturn:
+        raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        raise TypeError("a tensor's storage cannot be pickled or copied; pickle the tensor")
+
+
+class _SealedMemory(ReadOnlyMemory):
+    """The owner of a computed tensor's memory: it keeps the one writable array (which
+    owns the memory) private, so no public attribute leads back to writable memory."""
+
+    __slots__ = ("_owned",)
+    _owned: np.ndarray
+
+    def __new__(cls, owned: np.ndarray) -> _SealedMemory:
+        self = object.__new__(cls)
+        self._owned = owned
+        self._address = owned.__array_interface__["data"][0]
+        self._size = owned.nbytes
+        return self
+
+
+class _BorrowedMemory(ReadOnlyMemory):
+    """The owner of shared immutable memory other than a whole ``bytes`` object (a
+    read-only mmap, a memoryview of one or of ``bytes``): it holds the memoryview that
+    keeps the memory alive (and a mapping open) privately, since a memoryview reachable
+    from a tensor could be ``release()``d, and the mapping then closed, under it."""
+
+    __slots__ = ("_view",)
+    _view: memoryview
+
+    def __new__(cls, view: memoryview, raw: np.ndarray) -> _BorrowedMemory:
+        self = object.__new__(cls)
+        self._view = view
+        self._address = raw.__array_interface__["data"][0]
+        self._size = raw.nbytes
+        return self
+
+
 def seal(owned: np.ndarray) -> np.ndarray:
     """Flat read-only storage over a C-contiguous array that nobody else holds.
 
-    The storage reads the memory through a read-only memoryview, so NumPy refuses to
-    make it, or any view of it, writable again (an array that owns its memory would let
-    ``t.numpy().base.flags.writeable = True`` through). No bytes are copied.
+    The storage is a read-only uint8 array over a ``_SealedMemory`` that keeps ``owned``
+    private, viewed as ``owned``'s dtype: NumPy refuses to make it, or any view of it,
+    writable again, and its ``base`` chain never reaches a writable array. No bytes are
+    copied.
     """
-    raw = memoryview(owned.reshape(-1).view(np.uint8)).toreadonly()  # type: ignore[arg-type]
-    return np.frombuffer(raw, dtype=owned.dtype)
+    return np.asarray(_SealedMemory(owned)).view(owned.dtype)
+
+
+def borrow(view: memoryview) -> np.ndarray:
+    """Flat read-only uint8 storage over the immutable memory ``view`` exports (``view``
+    is C-contiguous; it is kept, privately, for as long as the storage lives)."""
+    raw = np.frombuffer(view.cast("B") if view.format != "B" else view, dtype=np.uint8)
+    return np.asarray(_BorrowedMemory(view, raw))
+
+
+def fresh_view(array: np.ndarray) -> np.ndarray:
+    """A new read-only array over a tensor array's elements, sharing no array object
+    with any tensor.
+
+    It is built on a new flat array over the storage's owner (``bytes`` or a
+    ``ReadOnlyMemory``), not on the shared storage array: reshaping, retyping or
+    ``__setstate__`` on what a caller gets (or on its ``.base``) then touches only
+    arrays nobody else holds, and can neither change nor free a tensor's memory.
+    """
+    if not array.size:  # indexing an empty array may leave its pointer past the end
+        empty = np.frombuffer(b"", dtype=np.uint8)
+        return np.ndarray(array.shape, array.dtype, strides=array.strides, buffer=empty)
+    owner: Any = array.base.base  # type: ignore[union-attr]
+    if isinstance(owner, ReadOnlyMemory):
+        flat, begin = np.asarray(owner), owner._address
+    else:  # bytes
+        flat = np.frombuffer(owner, dtype=np.uint8)
+        begin = flat.__array_interface__["data"][0]
+    start = array.__array_interface__["data"][0] - begin
+    return np.ndarray(array.shape, array.dtype, buffer=flat, offset=start, strides=array.strides)
 
 
 def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
@@ -57,8 +153,9 @@ def shaped(storage: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
 def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.ndarray:
     """A flat array over ``data``: shared when the buffer is immutable, copied otherwise.
 
-    Only ``bytes``, read-only ``memoryview`` and read-only ``mmap`` are shared (a
-    read-only NumPy array can be made writable again by its owner, so it is copied).
+    Only ``bytes``, a read-only ``mmap``, and read-only ``memoryview``s over those are
+    shared; everything else (``bytearray``, writable mmaps, NumPy arrays even when
+    read-only, ``array.array``, and memoryviews over any of these) is copied.
     """
     if isinstance(data, (str, int, float)) or data is None:
         raise FormatError(
@@ -93,17 +190,30 @@ def storage_from_bytes(dtype: DType, dims: tuple[int, ...], data: object) -> np.
         if bad.size:
             first = int(bad[0])
             raise FormatError(f"from_le_bytes: BOOL byte {first} is {int(raw[first])}, not 0 or 1")
-    flat = raw.view(dtype.numpy)
-    if _immutable(data, view):
-        return flat
-    return seal(flat.copy())
+    if not _immutable(data, view):
+        return seal(raw.view(dtype.numpy).copy())
+    if type(data) is bytes:
+        # NumPy keeps the bytes object itself as the base: nothing to write or release.
+        return np.frombuffer(data, dtype=dtype.numpy)
+    return np.asarray(_BorrowedMemory(view, raw)).view(dtype.numpy)
 
 
 def _immutable(data: object, view: memoryview) -> bool:
-    # bytes, read-only memoryviews and read-only mmaps cannot change under us: share them.
-    if type(data) is bytes:
-        return True
-    return isinstance(data, (memoryview, mmap.mmap)) and view.readonly
+    """Whether the memory behind ``data`` can never change: share it then, else copy."""
+    if not view.readonly:
+        return False
+    # A memoryview's .obj is whatever exports the memory (a memoryview of a memoryview
+    # names the original exporter); a read-only view of mutable memory is still mutable.
+    for _ in range(8):
+        if type(data) is bytes:
+            return True
+        if type(data) is mmap.mmap:
+            with memoryview(data) as probe:  # ACCESS_READ mappings export read-only
+                return probe.readonly
+        if type(data) is not memoryview:
+            return False
+        data = data.obj
+    return False
 
 
 def storage_from_values(
@@ -130,10 +240,14 @@ def storage_from_values(
 
 def python_values(array: np.ndarray, dtype: DType) -> Any:
     """``array.tolist()`` with exact Python values (BF16/FP8 go through F32, exactly)."""
-    if dtype in (DType.BF16, DType.F8_E4M3, DType.F8_E5M2):
+    if dtype in _ML_DTYPES:
         with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
             return array.astype(np.float32).tolist()
     return array.tolist()
+
+
+# The ml_dtypes types, whose tolist() gives their own scalars rather than Python floats.
+_ML_DTYPES = frozenset(dtype for dtype in DType if dtype.numpy.kind == "V")
 
 
 def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:

@@ -15,34 +15,21 @@ from __future__ import annotations
 import numpy as np
 
 from ._checked import first_index, int_range
-from ._dtype import DType
+from ._dtype import DType, finite_range
 from ._errors import RangeError
+from ._floats import significand_bits
 
 __all__ = ["cast", "convert_array", "narrow", "round_to_float", "widen"]
 
-_PRECISION = {
-    DType.F64: 53,
-    DType.F32: 24,
-    DType.F16: 11,
-    DType.BF16: 8,
-    DType.F8_E4M3: 4,
-    DType.F8_E5M2: 3,
-}
-_LARGEST = {
-    DType.F64: float(np.finfo(np.float64).max),
-    DType.F32: float(np.finfo(np.float32).max),
-    DType.F16: 65504.0,
-    DType.BF16: float.fromhex("0x1.fep127"),
-    DType.F8_E4M3: 448.0,
-    DType.F8_E5M2: 57344.0,
-}
 _F8 = (DType.F8_E4M3, DType.F8_E5M2)
 # Float pairs where every source value (subnormals and infinities included) is a target
-# value, so a plain cast is exact.
+# value, so a plain cast is exact. F8_E8M0 into anything else takes the checked path
+# (its 2**-127 is below F16's range).
 _WIDENING = frozenset(
     {(DType.F16, DType.F32), (DType.F16, DType.F64), (DType.BF16, DType.F32)}
     | {(DType.BF16, DType.F64), (DType.F32, DType.F64)}
     | {(f8, wide) for f8 in _F8 for wide in (DType.F16, DType.BF16, DType.F32, DType.F64)}
+    | {(DType.F8_E8M0, DType.F32), (DType.F8_E8M0, DType.F64)}
 )
 
 # float16 -> float32 through a 65536-entry table: NumPy's own half conversion is scalar
@@ -83,7 +70,7 @@ def round_to_float(values: np.ndarray, dtype: DType) -> np.ndarray:
     if values.dtype.kind in "iub":
         if values.dtype.kind == "b":
             return values.astype(dtype.numpy)
-        values = _round_integers(values, _PRECISION[dtype])
+        values = _round_integers(values, significand_bits(dtype))
     with np.errstate(all="ignore"):
         if dtype in (DType.F64, DType.F32, DType.F16):
             return values.astype(dtype.numpy)  # NumPy rounds these in one step
@@ -162,6 +149,8 @@ def convert_array(array: np.ndarray, source: DType, target: DType) -> np.ndarray
 def _to_float(array: np.ndarray, source: DType, target: DType) -> np.ndarray:
     if (source, target) in _WIDENING:
         return cast(array, target.numpy)
+    if target is DType.F8_E8M0:
+        return _to_e8m0(array, source)
     exact = cast(array, np.float64) if source.is_float else array
     rounded = round_to_float(exact, target)
     bad = _overflow_mask(exact, rounded, target)
@@ -171,9 +160,36 @@ def _to_float(array: np.ndarray, source: DType, target: DType) -> np.ndarray:
         shown = repr(float(value)) if exact.dtype.kind == "f" else str(int(value))
         raise RangeError(
             f"convert: element {_index_text(index)} = {shown} overflows {target.name} "
-            f"(largest finite {_LARGEST[target]!r})"
+            f"(largest finite {finite_range(target)[1]!r})"
         )
     return rounded
+
+
+def _to_e8m0(array: np.ndarray, source: DType) -> np.ndarray:
+    """F8_E8M0 does not round: every value must be exactly 2**k (-127 <= k <= 127) or NaN."""
+    if source.is_float:
+        values = cast(array, np.float64)
+        nan = np.isnan(values)
+        significand, exponent = np.frexp(values)
+        fits = nan | ((significand == 0.5) & (exponent >= -126) & (exponent <= 128))
+    else:
+        # Checked as integers (2**60 + 1 would become a float64 power of two); every
+        # positive integer power of two of these dtypes is within range.
+        whole = array.astype(np.uint64)
+        nan = np.zeros(array.shape, dtype=bool)
+        fits = (array > 0) & ((whole & (whole - np.uint64(1))) == 0)
+        exponent = np.frexp(whole.astype(np.float64))[1]
+    if not np.all(fits):
+        index = first_index(~fits)
+        value = array[index]
+        shown = repr(float(cast(value, np.float64))) if source.is_float else str(int(value))
+        raise RangeError(
+            f"convert: element {_index_text(index)} = {shown} is not an F8_E8M0 value "
+            f"(only the powers of two 2**-127 to 2**127, and nan)"
+        )
+    # 2**k is the bit pattern k + 127 (frexp gives k + 1); NaN is 0xFF.
+    bits = np.where(nan, 255, exponent + 126).astype(np.uint8)
+    return bits.view(DType.F8_E8M0.numpy)
 
 
 def _float_to_int(array: np.ndarray, source: DType, target: DType) -> np.ndarray:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -14,7 +15,7 @@ from ._limits import describe
 if TYPE_CHECKING:
     from ._scalar import Scalar
 
-__all__ = ["DType", "as_dtype"]
+__all__ = ["DType", "as_dtype", "finite_range"]
 
 
 class _DTypeMeta(enum.EnumMeta):
@@ -29,8 +30,16 @@ class _DTypeMeta(enum.EnumMeta):
 class DType(enum.Enum, metaclass=_DTypeMeta):
     """An element type. ``name`` is the canonical text, the same names safetensors uses.
 
-    ``F8_E4M3`` and ``F8_E5M2`` are storage-only: they can be built, viewed, updated,
-    written, read and converted, but arithmetic on them is a ``DTypeError``.
+    The 8-bit floats are storage-only: they can be built, viewed, updated, printed,
+    written, read, inspected, compared with ``==`` and converted, but arithmetic and
+    element-wise comparisons on them are a ``DTypeError`` (convert to F32 first).
+    ``F8_E4M3`` (``ml_dtypes.float8_e4m3fn``) has no infinity; ``F8_E5M2`` is
+    ``ml_dtypes.float8_e5m2``; ``F8_E8M0`` (``ml_dtypes.float8_e8m0fnu``, the scale type
+    of MX formats) holds only the powers of two 2**-127 ... 2**127 and NaN: no zero, no
+    sign, no infinity. A value that is not exactly one of those (0, 3.0, -1.0, 2.0**128,
+    infinity) is a ``RangeError`` when converted into F8_E8M0, so
+    ``Tensor.zeros(F8_E8M0, ...)`` is one too; text is read as the nearest F64 first (as
+    ``float()`` reads it), which must then be one of those values.
     """
 
     BOOL = "BOOL"
@@ -48,6 +57,7 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
     F64 = "F64"
     F8_E4M3 = "F8_E4M3"
     F8_E5M2 = "F8_E5M2"
+    F8_E8M0 = "F8_E8M0"
 
     # Members are singletons compared by identity, so the identity hash agrees with
     # equality; Enum's own __hash__ is Python code, and DTypes key hot dict lookups.
@@ -55,7 +65,7 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
 
     @property
     def numpy(self) -> np.dtype[Any]:
-        """The little-endian NumPy dtype (BF16 and FP8 through ``ml_dtypes``)."""
+        """The little-endian NumPy dtype (BF16 and the 8-bit floats through ``ml_dtypes``)."""
         return _NUMPY[self]
 
     @property
@@ -75,27 +85,27 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
 
     @property
     def is_signed(self) -> bool:
-        """True for signed integers and floats."""
+        """True for signed integers and the floats that have a sign (all but F8_E8M0)."""
         return self in _SIGNED
 
     @property
     def is_storage_only(self) -> bool:
         """True for the 8-bit floats, which support no arithmetic."""
-        return self in (DType.F8_E4M3, DType.F8_E5M2)
+        return self in _STORAGE_ONLY
 
     @property
     def min(self) -> Scalar:
-        """The smallest finite value, as a Scalar (``false`` for BOOL)."""
+        """The smallest finite value, as a Scalar (``false`` for BOOL, 2**-127 for F8_E8M0)."""
         from ._scalar import Scalar
 
-        return Scalar(self, _range(self)[0])
+        return Scalar(self, _FACTS[self].min)
 
     @property
     def max(self) -> Scalar:
         """The largest finite value, as a Scalar (``true`` for BOOL)."""
         from ._scalar import Scalar
 
-        return Scalar(self, _range(self)[1])
+        return Scalar(self, _FACTS[self].max)
 
     @classmethod
     def parse(cls, text: object) -> DType:
@@ -137,58 +147,65 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
         return self.name
 
 
-_NUMPY: dict[DType, np.dtype[Any]] = {
-    DType.BOOL: np.dtype(np.bool_),
-    DType.I8: np.dtype("<i1"),
-    DType.I16: np.dtype("<i2"),
-    DType.I32: np.dtype("<i4"),
-    DType.I64: np.dtype("<i8"),
-    DType.U8: np.dtype("<u1"),
-    DType.U16: np.dtype("<u2"),
-    DType.U32: np.dtype("<u4"),
-    DType.U64: np.dtype("<u8"),
-    DType.F16: np.dtype("<f2"),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
-    DType.F32: np.dtype("<f4"),
-    DType.F64: np.dtype("<f8"),
-    DType.F8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
-    DType.F8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
-}
-_FLOATS = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64, DType.F8_E4M3, DType.F8_E5M2})
-_SIGNED_INTS = frozenset({DType.I8, DType.I16, DType.I32, DType.I64})
-_INTEGERS = _SIGNED_INTS | {DType.U8, DType.U16, DType.U32, DType.U64}
-_SIGNED = _SIGNED_INTS | _FLOATS
+class _Facts(NamedTuple):
+    """What strided knows about one DType; every other module reads it from here."""
 
-_NUMPY_NAMES = {
-    "bool": DType.BOOL,
-    "int8": DType.I8,
-    "int16": DType.I16,
-    "int32": DType.I32,
-    "int64": DType.I64,
-    "uint8": DType.U8,
-    "uint16": DType.U16,
-    "uint32": DType.U32,
-    "uint64": DType.U64,
-    "float16": DType.F16,
-    "bfloat16": DType.BF16,
-    "float32": DType.F32,
-    "float64": DType.F64,
-    "float8_e4m3fn": DType.F8_E4M3,
-    "float8_e5m2": DType.F8_E5M2,
+    numpy_type: Any  # the NumPy (or ml_dtypes) scalar type; its name is the NumPy name
+    kind: str  # "bool", "int" or "float"
+    signed: bool
+    storage_only: bool  # no arithmetic: the 8-bit floats
+    min: Any  # the smallest finite value (bool, int or float)
+    max: Any  # the largest finite value
+
+
+_F = _Facts
+_MAX_F32 = float.fromhex("0x1.fffffep127")
+_MAX_BF16 = float.fromhex("0x1.fep127")
+_MAX_F64 = sys.float_info.max
+
+# The one table of dtype facts. F8_E4M3 has no infinity and spends its top pattern on
+# NaN, so its largest value is 448; F8_E8M0 is only the powers of two 2**-127 ... 2**127
+# and NaN: no zero, no sign, no infinity.
+# fmt: off
+_FACTS: dict[DType, _Facts] = {
+    #                numpy type                kind     signed storage  min         max
+    DType.BOOL:    _F(np.bool_,                "bool",  False, False,   False,      True),
+    DType.I8:      _F(np.int8,                 "int",   True,  False,   -(2**7),    2**7 - 1),
+    DType.I16:     _F(np.int16,                "int",   True,  False,   -(2**15),   2**15 - 1),
+    DType.I32:     _F(np.int32,                "int",   True,  False,   -(2**31),   2**31 - 1),
+    DType.I64:     _F(np.int64,                "int",   True,  False,   -(2**63),   2**63 - 1),
+    DType.U8:      _F(np.uint8,                "int",   False, False,   0,          2**8 - 1),
+    DType.U16:     _F(np.uint16,               "int",   False, False,   0,          2**16 - 1),
+    DType.U32:     _F(np.uint32,               "int",   False, False,   0,          2**32 - 1),
+    DType.U64:     _F(np.uint64,               "int",   False, False,   0,          2**64 - 1),
+    DType.F16:     _F(np.float16,              "float", True,  False,   -65504.0,   65504.0),
+    DType.BF16:    _F(ml_dtypes.bfloat16,      "float", True,  False,   -_MAX_BF16, _MAX_BF16),
+    DType.F32:     _F(np.float32,              "float", True,  False,   -_MAX_F32,  _MAX_F32),
+    DType.F64:     _F(np.float64,              "float", True,  False,   -_MAX_F64,  _MAX_F64),
+    DType.F8_E4M3: _F(ml_dtypes.float8_e4m3fn, "float", True,  True,    -448.0,     448.0),
+    DType.F8_E5M2: _F(ml_dtypes.float8_e5m2,   "float", True,  True,    -57344.0,   57344.0),
+    DType.F8_E8M0: _F(ml_dtypes.float8_e8m0fnu, "float", False, True,   2.0**-127,  2.0**127),
 }
-_BY_NAME = {d.name: d for d in DType} | {k.upper(): v for k, v in _NUMPY_NAMES.items()}
+# fmt: on
+_NUMPY: dict[DType, np.dtype[Any]] = {
+    d: np.dtype(facts.numpy_type).newbyteorder("<") for d, facts in _FACTS.items()
+}
+_FLOATS = frozenset(d for d, facts in _FACTS.items() if facts.kind == "float")
+_INTEGERS = frozenset(d for d, facts in _FACTS.items() if facts.kind == "int")
+_SIGNED = frozenset(d for d, facts in _FACTS.items() if facts.signed)
+_STORAGE_ONLY = frozenset(d for d, facts in _FACTS.items() if facts.storage_only)
+
+_BY_NAME: dict[str, DType] = {d.name: d for d in DType} | {
+    n.name.upper(): d for d, n in _NUMPY.items()
+}
 _BY_NUMPY = {np_dtype: d for d, np_dtype in _NUMPY.items()}
 _NAMES = ", ".join(d.name for d in DType)
 
 
-def _range(dtype: DType) -> tuple[int | float | bool, int | float | bool]:
-    if dtype is DType.BOOL:
-        return False, True
-    if dtype.is_integer:
-        info = np.iinfo(dtype.numpy)
-        return int(info.min), int(info.max)
-    finfo = ml_dtypes.finfo(dtype.numpy)  # type: ignore[no-untyped-call]
-    return float(finfo.min), float(finfo.max)
+def finite_range(dtype: DType) -> tuple[Any, Any]:
+    """``(min, max)``: the smallest and largest finite values as Python bool/int/float."""
+    facts = _FACTS[dtype]
+    return facts.min, facts.max
 
 
 def as_dtype(dtype: object) -> DType:

@@ -21,7 +21,14 @@ import numpy as np
 from ._dtype import DType
 from ._errors import DTypeError, FormatError, LimitError, RangeError
 
-__all__ = ["MAX_DIGITS", "parse_float", "render", "round_exact", "shortest_text"]
+__all__ = [
+    "MAX_DIGITS",
+    "parse_float",
+    "render",
+    "round_exact",
+    "shortest_text",
+    "significand_bits",
+]
 
 MAX_DIGITS = 4300
 """Most digits a numeric text may hold (Python's own int-from-str limit); more is LimitError."""
@@ -55,6 +62,11 @@ _NUMPY_FAST: dict[DType, tuple[type[np.floating[Any]], float]] = {
     DType.F32: (np.float32, float(2**128 - 2**103)),
     DType.F16: (np.float16, 65520.0),
 }
+
+
+def significand_bits(dtype: DType) -> int:
+    """The significand bits of a rounding float format, the implicit leading bit included."""
+    return _format(dtype).precision
 
 
 def _format(dtype: DType) -> _Format:
@@ -103,8 +115,11 @@ def round_exact(dtype: DType, value: int | float | Fraction) -> float:
 
     NaN stays NaN; infinities stay, except into F8_E4M3 (no infinity: RangeError). A
     finite value that rounds past the largest finite value is RangeError. A negative
-    value that rounds to zero gives -0.0; -0.0 is kept.
+    value that rounds to zero gives -0.0; -0.0 is kept. F8_E8M0 does not round: the
+    value must be exactly one of its powers of two, or NaN (RangeError otherwise).
     """
+    if dtype is DType.F8_E8M0:
+        return _power_of_two(value)
     fmt = _format(dtype)
     if isinstance(value, float):
         value = float(value)  # a plain float, not np.float64 or another subclass
@@ -123,6 +138,29 @@ def round_exact(dtype: DType, value: int | float | Fraction) -> float:
         return _round_float(dtype, fmt, float(value))
     rounded, _ = _round_ratio(fmt, abs(value), 1)
     return _signed(dtype, rounded, value < 0, value)
+
+
+_E8M0_EXPONENTS = range(-127, 128)
+
+
+def _power_of_two(value: int | float | Fraction) -> float:
+    """``value`` as an F8_E8M0 value: exactly 2**k with -127 <= k <= 127, or NaN."""
+    if isinstance(value, float):
+        if value != value:
+            return value
+        significand, exponent = math.frexp(value)
+        if significand == 0.5 and exponent - 1 in _E8M0_EXPONENTS:
+            return value
+    elif value > 0:
+        num, den = (value, 1) if isinstance(value, int) else value.as_integer_ratio()
+        if num & (num - 1) == 0 and den & (den - 1) == 0:  # num or den is 1 (lowest terms)
+            exponent = num.bit_length() - den.bit_length()
+            if exponent in _E8M0_EXPONENTS:
+                return math.ldexp(1.0, exponent)
+    raise RangeError(
+        f"{_describe(value)} is not an F8_E8M0 value (only the powers of two 2**-127 to "
+        f"2**127, and nan)"
+    )
 
 
 def _round_float(dtype: DType, fmt: _Format, value: float) -> float:
@@ -175,9 +213,12 @@ def parse_float(dtype: DType, text: str) -> float:
     Grammar: a Python float literal without underscores or surrounding spaces, or
     ``inf``/``nan`` with an optional sign, any case (``infinity`` is refused). Malformed
     text is FormatError, more than MAX_DIGITS digits LimitError, a finite value that
-    rounds past the largest finite value RangeError.
+    rounds past the largest finite value RangeError. F8_E8M0 text is read as the
+    nearest F64 (as ``float()`` reads it), which must be one of its values.
     """
-    fmt = _format(dtype)
+    fmt = _FORMATS.get(dtype)
+    if fmt is None and dtype is not DType.F8_E8M0:
+        raise DTypeError(f"{dtype} is not a float dtype")
     if len(text) > MAX_DIGITS + 4:  # sign, point, 'e', exponent sign: 4 non-digits at most
         raise LimitError(f"{dtype.name} text of {len(text)} characters is too long")
     special = _SPECIAL.get(text.lower())
@@ -194,6 +235,8 @@ def parse_float(dtype: DType, text: str) -> float:
     approx = float(text)
     if math.isinf(approx):  # at least 2**1024, beyond every dtype
         raise RangeError(f"{text[:40]!r} is out of range for {dtype.name}")
+    if fmt is None:  # F8_E8M0
+        return _power_of_two(approx)
     if dtype is DType.F64 or approx == 0.0:  # below 2**-1075: zero in every dtype
         return approx
     rounded, tie = _round_ratio(fmt, *abs(approx).as_integer_ratio())
@@ -227,13 +270,14 @@ def shortest_text(dtype: DType, value: float) -> str:
 
     The fewest significant digits that parse back to ``value`` in ``dtype``, the closest
     such decimal when there are several, in Python's repr style: ``0.1``, ``3.0``,
-    ``1e-05``, ``1e+20``, ``-0.0``, ``inf``, ``-inf``, ``nan``. For F64 it is repr().
+    ``1e-05``, ``1e+20``, ``-0.0``, ``inf``, ``-inf``, ``nan``. For F64 it is repr(), and
+    for F8_E8M0 too (its text is read through F64).
     """
     if not math.isfinite(value):
         return "nan" if value != value else ("inf" if value > 0 else "-inf")
     if value == 0.0:
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    if dtype is DType.F64:
+    if dtype is DType.F64 or dtype is DType.F8_E8M0:
         return repr(value)
     fast = _NUMPY_FAST.get(dtype)
     if fast is not None:

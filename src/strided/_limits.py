@@ -13,6 +13,7 @@ __all__ = [
     "MAX_RANK",
     "check_dims",
     "describe",
+    "full_int_text",
     "int_text",
     "to_dim",
 ]
@@ -77,10 +78,20 @@ def _check_dims(dims: Iterator[object], what: str) -> tuple[int, ...]:
 
 
 def int_text(value: int) -> str:
-    """``str(value)``, or ``<N-bit int>`` for huge ints (str() refuses over 4300 digits)."""
+    """``str(value)`` for error messages: ``<N-bit int>`` for ints past 64 bits (a hostile
+    dim must not fill a message with thousands of digits, and str() refuses 4300)."""
     if value.bit_length() > 64:
         return f"<{value.bit_length()}-bit int>"
     return str(value)
+
+
+def full_int_text(value: int) -> str:
+    """``str(value)`` in full; ``<N-bit int>`` only past the digits the interpreter lets
+    ``str()`` write (``sys.set_int_max_str_digits``, 4300 by default)."""
+    try:
+        return str(value)
+    except ValueError:
+        return f"<{value.bit_length()}-bit int>"
 
 
 def describe(value: object) -> str:

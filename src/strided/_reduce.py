@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._arith import ArithMethods, check_arithmetic, memory_guard
+from ._arith import ArithMethods, check_arithmetic
 from ._base import TensorInternals
 from ._checked import CHUNK, first_index, int_range
 from ._convert import cast, widen
@@ -56,8 +56,7 @@ class ReduceMethods(TensorInternals):
         if dtype is DType.BOOL:
             raise DTypeError("sum: not defined for BOOL; convert to an integer dtype first")
         array = self._array
-        with memory_guard("sum"):
-            return self._sum(array, dtype, axis, keepdims)
+        return self._sum(array, dtype, axis, keepdims)
 
     def _sum(
         self, array: np.ndarray, dtype: DType, axis: object, keepdims: bool
@@ -265,8 +264,7 @@ def _matmul(left: Any, right: Any) -> Tensor:
         ) from None
     check_dims((*batch, a2.shape[-2], b2.shape[-1]), "matmul")
     try:
-        with memory_guard("matmul"):
-            product = matmul_arrays(a2, b2, dtype)
+        product = matmul_arrays(a2, b2, dtype)
     except MatmulOverflow as overflow:
         index = list(overflow.index)
         if b.ndim == 1:

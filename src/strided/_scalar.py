@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import ml_dtypes
 import numpy as np
 
-from ._dtype import DType
+from ._dtype import DType, finite_range
 from ._errors import DTypeError, FormatError, LimitError, RangeError
 from ._floats import MAX_DIGITS, parse_float, round_exact, shortest_text
 
@@ -20,11 +20,9 @@ PyValue = bool | int | float
 """The exact Python value of a scalar: bool for BOOL, int for integers, float for floats."""
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
-_INT_RANGE = {
-    dtype: (int(np.iinfo(dtype.numpy).min), int(np.iinfo(dtype.numpy).max))
-    for dtype in DType
-    if dtype.is_integer
-} | {DType.BOOL: (0, 1)}
+_INT_RANGE = {dtype: finite_range(dtype) for dtype in DType if dtype.is_integer} | {
+    DType.BOOL: (0, 1)
+}
 _BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
 
 # ml_dtypes scalars are NumPy scalars but not np.floating / np.integer subclasses.
@@ -148,9 +146,10 @@ class Scalar:
     Integers must fit (``Scalar(I8, 300)`` is RangeError, never 44), floats for an
     integer dtype must be integral and finite (else RangeError), and values for a float
     dtype round to nearest-even directly in that dtype; a finite value that rounds past
-    the largest finite value is RangeError. A Scalar of another dtype, a non-DType
-    ``dtype``, and any other value type (None, complex, bytes, Fraction, lists, 0-d
-    arrays, ...) are DTypeError.
+    the largest finite value is RangeError. F8_E8M0 does not round: a value that is not
+    exactly one of its powers of two 2**-127 ... 2**127 (or NaN) is RangeError. A Scalar
+    of another dtype, a non-DType ``dtype``, and any other value type (None, complex,
+    bytes, Fraction, lists, 0-d arrays, ...) are DTypeError.
 
     Equality is same dtype and same value, ``-0.0 != 0.0`` and every NaN equals every
     NaN; a Scalar never equals a non-Scalar. Scalars have no ordering. ``int(s)``
@@ -173,7 +172,8 @@ class Scalar:
         Integers: ``[+-]?[0-9]+`` (ASCII; no ``_``, spaces, ``0x`` or ``1.0``). Floats:
         Python float literals without underscores or surrounding spaces, plus ``inf``,
         ``nan`` with an optional sign, any case (not ``infinity``); the decimal is
-        rounded once, directly in ``dtype``. BOOL: ``true``/``false`` (any case), ``1``,
+        rounded once, directly in ``dtype`` (F8_E8M0 text is read as the nearest F64,
+        which must be exactly one of its values). BOOL: ``true``/``false`` (any case), ``1``,
         ``0``. Malformed text (or a non-str) is FormatError, a well-formed value out of
         range RangeError, text with more than MAX_DIGITS (4300) digits LimitError.
         """

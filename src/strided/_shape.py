@@ -6,11 +6,13 @@ from collections.abc import Iterable
 from typing import Any, SupportsIndex
 
 from ._errors import IndexingError, ShapeError
-from ._limits import describe, int_text, to_dim
+from ._limits import describe, full_int_text, int_text, to_dim
+from ._memory import guard_methods
 
 __all__ = ["Shape"]
 
 
+@guard_methods
 class Shape(tuple[int, ...]):
     """An immutable, hashable sequence of non-negative ints, outermost first.
 
@@ -62,7 +64,10 @@ class Shape(tuple[int, ...]):
         return product
 
     def checked_numel(self, limit: int = 2**63 - 1) -> int | None:
-        """The element count, or ``None`` when it exceeds ``limit`` (an int, else ShapeError)."""
+        """The element count, or ``None`` when it exceeds ``limit`` (an int, else ShapeError).
+
+        A scalar shape counts one element, so ``Shape().checked_numel(0)`` is None.
+        """
         limit = to_dim(limit, "checked_numel: limit")
         if 0 in self:
             return 0
@@ -71,7 +76,7 @@ class Shape(tuple[int, ...]):
             product *= dim
             if product > limit:
                 return None
-        return product
+        return product if product <= limit else None
 
     def strides(self, order: str = "C") -> tuple[int, ...]:
         """Element strides of a contiguous layout: ``"C"`` row-major, ``"F"`` column-major."""
@@ -131,7 +136,9 @@ class Shape(tuple[int, ...]):
             elif a == 1:
                 result.append(b)
             else:
-                raise ShapeError(f"shapes {self} and {right} cannot be broadcast together")
+                raise ShapeError(
+                    f"shapes {_text(self)} and {_text(right)} cannot be broadcast together"
+                )
         return Shape._trusted(tuple(result))
 
     def unravel(self, flat_index: SupportsIndex, order: str = "C") -> tuple[int, ...]:
@@ -169,16 +176,18 @@ class Shape(tuple[int, ...]):
         return flat
 
     def __str__(self) -> str:
-        return _text(self)
+        """``[2, 3]``: every dim in full (error messages shorten dims past 64 bits)."""
+        return "[" + ", ".join(map(full_int_text, self)) + "]"
 
     def __repr__(self) -> str:
-        return f"Shape({_text(self)})"
+        return f"Shape({self})"
 
 
 _SCALAR = Shape._trusted(())
 
 
 def _text(dims: Iterable[object]) -> str:
+    """Dims for an error message: ints past 64 bits are shortened to ``<N-bit int>``."""
     return "[" + ", ".join(describe(d) for d in dims) + "]"
 
 

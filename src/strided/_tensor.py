@@ -2,11 +2,18 @@
 
 A Tensor holds one NumPy array, ``_array``: a read-only view whose shape, strides and
 offset are the tensor's. Its ``base`` is the flat read-only storage array that every view
-of the same data shares (NumPy collapses a view of a view onto that same base), so a
-view is a new ``_array`` over the same storage and never copies. Keeping a single slot
-makes view creation cheap: building a Tensor is one allocation and one store.
-Everything is built through ``Tensor._wrap`` (trusted) or the public constructors,
-which validate first.
+of the same data shares (NumPy collapses a view of a view onto the first array whose own
+base is not an array), so a view is a new ``_array`` over the same storage and never
+copies. Keeping a single slot makes view creation cheap: building a Tensor is one
+allocation and one store. Everything is built through ``Tensor._wrap`` (trusted) or the
+public constructors, which validate first.
+
+The storage's own base is what holds the memory, and is never writable: ``bytes``, or
+a ``ReadOnlyMemory`` owner (computed results, shared read-only mmaps and memoryviews,
+memory-mapped files) that offers NumPy only a read-only array interface. Users only
+ever get fresh arrays (``numpy()``, ``__array__``) built on a new flat array over that
+owner, so neither a tensor's own arrays nor its storage array are reachable from
+outside: nothing done to what a user holds can reshape, retype, re-point or free them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from . import _indexing
 from ._arith import ArithMethods
 from ._construct import (
     check_numpy_input,
+    fresh_view,
     nested_shape,
     python_values,
     seal,
@@ -28,10 +36,11 @@ from ._construct import (
     storage_from_bytes,
     storage_from_values,
 )
-from ._dtype import DType, as_dtype
+from ._dtype import DType, as_dtype, finite_range
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
 from ._limits import check_dims, int_text
+from ._memory import guard_function, view_only
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
 from ._shape import Shape
@@ -53,6 +62,18 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     ``Tensor.from_numpy``, ``Tensor.zeros``, ``Tensor.full`` or ``Tensor.scalar``; the
     constructor itself is private. Views (indexing, ``transpose``, ``mT``, contiguous
     ``reshape``) share storage and never copy; nothing ever changes a tensor.
+
+    Immutability covers every public path: ``t.numpy()`` and ``numpy.asarray(t)`` give a
+    fresh read-only view each time, over a fresh flat array (changing either one's
+    ``shape``, ``dtype`` or ``strides`` changes only it), it cannot be made writable,
+    and neither can anything reachable from it through public attributes (``.base``,
+    ``.base.base``, ``.data``, ``memoryview(...).obj``, the storage owner's
+    ``__array_interface__``, which is read-only and rebuilt on each access); nothing
+    reachable can free or unmap the memory. What lies outside the contract: chains
+    through underscore-prefixed (private) attributes, the ``gc`` module, ``ctypes`` and
+    raw pointers, and replacing attributes of strided's own classes. ``bool(t)`` follows
+    NumPy: the truth of the only element (NaN is true); more than one element, or none,
+    is a ShapeError. Running out of memory in any public method is a LimitError.
     """
 
     __slots__ = ("_array",)
@@ -70,7 +91,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
     @classmethod
     def _wrap(cls, array: np.ndarray) -> Tensor:
-        """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage."""
+        """Trusted: ``array`` is a read-only view whose ``base`` is the flat storage.
+
+        The storage is a read-only array whose own base is ``bytes`` or any
+        ``ReadOnlyMemory`` owner (a read-only array interface); ``numpy()`` builds its
+        fresh arrays on that base. Any such array works; nothing is checked.
+        """
         self = _new(cls)
         _set_array(self, array)
         return self
@@ -105,9 +131,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
     ) -> Tensor:
         """A tensor over packed little-endian bytes (``len(data) == numel * itemsize``).
 
-        Immutable buffers (``bytes``, read-only ``memoryview``, read-only ``mmap``) are
-        shared without copying; anything writable is copied first. BOOL bytes other than
-        0 and 1 are FormatError, so bytes round-trip exactly.
+        Memory that can never change is shared without copying: ``bytes``, a read-only
+        ``mmap``, and read-only ``memoryview``s over those. Everything else is copied
+        first: ``bytearray``, writable mmaps, NumPy arrays (even read-only ones, which
+        their owner can make writable again), ``array.array``, and read-only memoryviews
+        over any of these. BOOL bytes other than 0 and 1 are FormatError, so bytes
+        round-trip exactly.
         """
         dt = as_dtype(dtype)
         dims = check_dims(shape)
@@ -127,9 +156,12 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
 
     @classmethod
     def zeros(cls, dtype: DType | str, shape: Iterable[SupportsIndex]) -> Tensor:
-        """A tensor of zeros (``false`` for BOOL)."""
+        """A tensor of zeros (``false`` for BOOL); RangeError for F8_E8M0, which has no zero."""
         dt = as_dtype(dtype)
-        return cls._adopt(np.zeros(check_dims(shape), dtype=dt.numpy), dt)
+        dims = check_dims(shape)
+        if finite_range(dt)[0] > 0:  # no zero among the values: full raises RangeError
+            return cls.full(dt, dims, 0)
+        return cls._adopt(np.zeros(dims, dtype=dt.numpy), dt)
 
     @classmethod
     def full(cls, dtype: DType | str, shape: Iterable[SupportsIndex], value: object) -> Tensor:
@@ -225,6 +257,27 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
             raise TypeError("len() of a rank-0 tensor")
         return int(self._array.shape[0])
 
+    def __bool__(self) -> bool:
+        """NumPy's rule: the truth of the only element, at any rank (rank 0 included).
+
+        An element is true when it is not zero (NaN is true), for every dtype, the
+        storage-only ones included. More than one element is ambiguous, and so is none
+        (as in NumPy 2): both are ShapeError, a ValueError.
+        """
+        array = self._array
+        if array.size == 1:
+            return bool(_scalar_at(array.reshape(-1)[0], self._dtype).value)
+        if array.size == 0:
+            raise ShapeError(
+                "bool: the truth value of an empty tensor is ambiguous; "
+                "use `not t.is_empty` to test for elements"
+            )
+        raise ShapeError(
+            f"bool: the truth value of a tensor with more than one element (shape "
+            f"{self.shape}) is ambiguous; compare explicitly"
+        )
+
+    @view_only
     def __iter__(self) -> Iterator[Tensor]:
         if not self._array.ndim:
             raise TypeError("iteration over a rank-0 tensor")
@@ -267,18 +320,28 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         return self._array.tobytes(order="C")
 
     def numpy(self) -> np.ndarray:
-        """A read-only NumPy view of the tensor (zero-copy)."""
-        return self._array
+        """A fresh read-only NumPy view of the tensor (zero-copy).
+
+        Each call returns a new array over a new flat array of the same memory (its
+        ``.base``): changing their ``shape``, ``dtype`` or ``strides``, or even their
+        ``__setstate__``, changes only them. Neither can be made writable, nor can
+        anything reachable from them through public attributes (see the class docstring).
+        """
+        return fresh_view(self._array)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy 2's protocol: a fresh read-only view, or with ``copy=True`` or another
+        ``dtype`` a writable copy the caller owns (``copy=False`` with a dtype change is
+        ValueError, as NumPy requires)."""
         if dtype is not None and np.dtype(dtype) != self._array.dtype:
             if copy is False:
                 raise ValueError("a copy is needed to change the dtype")
             return self._array.astype(dtype)
-        return self._array.copy() if copy else self._array
+        return self._array.copy() if copy else fresh_view(self._array)
 
     # -- views ---------------------------------------------------------------------
 
+    @view_only
     def __getitem__(self, index: object) -> Tensor:
         """Basic indexing: a view sharing storage (see ``slice``)."""
         # The hot path: plain ints, slices and None go straight to NumPy, which both
@@ -300,6 +363,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         _set_array(result, view)
         return result
 
+    @view_only
     def slice(self, index: object) -> Tensor:
         """``t[index]``: ints (negative allowed), slices with any step, ``None`` and one
         ``...``; a lone index or a tuple. All-int indices give a rank-0 view. Anything
@@ -307,6 +371,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """
         return self._wrap(_indexing.apply(self._array, _indexing.normalize(index)))
 
+    @view_only
     def transpose(self, axes: Iterable[SupportsIndex] | None = None) -> Tensor:
         """A view with the axes permuted (``None`` reverses them)."""
         if axes is None:
@@ -328,6 +393,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """All axes reversed, as ``transpose()``."""
         return self._wrap(self._array.transpose())
 
+    @view_only  # hot; the materializing path is guarded on its own (_reshaped_copy)
     def reshape(self, *shape: Any) -> Tensor:
         """The same elements in a new shape; at most one ``-1`` is inferred.
 
@@ -357,7 +423,7 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         check_dims(target, "reshape")
         if array.flags.c_contiguous:
             return self._wrap(array.reshape(target))
-        return self._adopt(array.reshape(target), self._dtype)
+        return _reshaped_copy(self, target)
 
     def broadcast_to(self, shape: Iterable[SupportsIndex]) -> Tensor:
         """A new contiguous tensor of ``shape`` by NumPy's broadcasting rule."""
@@ -437,6 +503,13 @@ _PLAIN_INDEX = frozenset({int, slice, type(None)})
 _ndarray = np.ndarray
 
 
+def _copy_in_shape(tensor: Tensor, dims: tuple[int, ...]) -> Tensor:
+    return tensor._adopt(tensor._array.reshape(dims), tensor._dtype)
+
+
+_reshaped_copy = guard_function(_copy_in_shape, "reshape")
+
+
 def _unpickle(dtype: str, shape: tuple[int, ...], data: bytes) -> Tensor:
     return Tensor.from_le_bytes(DType.parse(dtype), shape, data)
 
@@ -490,6 +563,7 @@ def _structurally_equal(a: Tensor, b: Tensor) -> bool:
     return bool(np.all(same_bits | both_nan))
 
 
+@guard_function
 def tensor(values: object, dtype: DType | str) -> Tensor:
     """A tensor from nested Python lists (like ``numpy.array``), converted exactly.
 

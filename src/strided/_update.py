@@ -25,6 +25,7 @@ from ._base import TensorInternals
 from ._dtype import DType
 from ._errors import DataError, DTypeError, IndexingError, LimitError, ShapeError
 from ._limits import MAX_RANK
+from ._memory import guard_methods
 from ._scalar import Scalar
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class UpdateMethods(TensorInternals):
         return AtIndexer(cast("Tensor", self))
 
 
+@guard_methods
 class AtIndexer:
     """``t.at``: subscript it with a basic index to get an ``AtUpdate``."""
 
@@ -127,6 +129,7 @@ class AtIndexer:
         return f"<at indexer of a {self._tensor.dtype.name} tensor of shape {self._tensor.shape}>"
 
 
+@guard_methods
 class AtUpdate:
     """``t.at[index]``: a pending functional update; ``set`` builds the new tensor."""
 

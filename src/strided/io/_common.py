@@ -25,11 +25,13 @@ import mmap
 import os
 import secrets
 import stat
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Self
 
 import numpy as np
 
+from .._construct import ReadOnlyMemory, borrow
 from .._dtype import DType
 from .._errors import FormatError, LimitError, ShapeError
 from .._limits import check_dims
@@ -132,7 +134,7 @@ def map_file(file: IO[bytes], expected_size: int, where: str) -> np.ndarray[Any,
         # No C library to map with (not a POSIX system): Python's mmap, which keeps a
         # descriptor per mapping.
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(mapping, dtype=np.uint8)
+        return borrow(memoryview(mapping))
     return np.asarray(_Mapping(file.fileno(), expected_size, where))
 
 
@@ -157,33 +159,28 @@ _LIBC = _c_library()
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-class _Mapping:
+class _Mapping(ReadOnlyMemory):
     """A read-only shared mapping of a whole file that owns no file descriptor.
 
-    It offers its memory to NumPy only as a read-only array interface: the arrays made
-    from it cannot be made writable, and it has no buffer of its own to write through.
-    The pages are unmapped when the last array over them is garbage-collected.
+    As every ``ReadOnlyMemory``, it offers its memory to NumPy only read-only and cannot
+    be copied (a copy would unmap the pages under live tensors). The pages are unmapped
+    when the last array over them is garbage-collected, by a finalizer that no public
+    method can run early (an explicit ``__del__()`` call could).
     """
 
-    __slots__ = ("__array_interface__", "_address", "_size")
+    __slots__ = ("__weakref__",)
 
-    def __init__(self, fd: int, size: int, where: str) -> None:
+    def __new__(cls, fd: int, size: int, where: str) -> _Mapping:
         address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if address is None or address == _MAP_FAILED:
             error = ctypes.get_errno()
             raise OSError(error, os.strerror(error), where)
+        self = object.__new__(cls)
         self._address = address
         self._size = size
-        self.__array_interface__ = {
-            "shape": (size,),
-            "typestr": "|u1",
-            "data": (address, True),
-            "version": 3,
-        }
-
-    def __del__(self) -> None:
-        if _LIBC is not None and getattr(self, "_address", None):
-            _LIBC.munmap(self._address, self._size)
+        # Not at exit: arrays over the pages may still be read while Python shuts down.
+        weakref.finalize(self, _LIBC.munmap, address, size).atexit = False
+        return self
 
 
 def tensor_of(view: np.ndarray[Any, Any], dtype: DType, copy: bool) -> Tensor:

@@ -51,7 +51,7 @@ DTYPE_BITS: dict[str, tuple[DType | None, int]] = {
     "F4": (None, 4),
     "F6_E2M3": (None, 6),
     "F6_E3M2": (None, 6),
-    "F8_E8M0": (None, 8),
+    "F8_E8M0": (DType.F8_E8M0, 8),
     "F8_E4M3FNUZ": (None, 8),
     "F8_E5M2FNUZ": (None, 8),
     "C64": (None, 64),

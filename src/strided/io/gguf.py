@@ -32,6 +32,7 @@ import numpy as np
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._inspect import TensorInspection, TensorInspectionOptions
+from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
 from ._common import (
@@ -217,6 +218,7 @@ class _Reader:
         return values.astype(np.bool_).tolist()  # type: ignore[no-any-return]
 
 
+@guard_methods
 class GGUFFile(TensorNames):
     """An open GGUF file: metadata, and tensors read lazily as zero-copy views.
 
@@ -389,6 +391,7 @@ def _copied(value: Any) -> Any:
     return value
 
 
+@guard_function
 def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     """Open a GGUF file (version 2 or 3, little-endian): validate it whole, map it read-only.
 

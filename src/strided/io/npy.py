@@ -26,6 +26,7 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, LimitError
+from .._memory import guard_function
 from .._tensor import Tensor
 from ._common import (
     PathLike,
@@ -92,6 +93,7 @@ class NpyHeader(NamedTuple):
         return numel * self.dtype.itemsize
 
 
+@guard_function
 def load_npy(path: PathLike, copy: bool = False) -> Tensor:
     """The array in a ``.npy`` file as a Tensor, memory-mapped read-only.
 
@@ -257,6 +259,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+@guard_function
 def save_npy(path: PathLike, tensor: Tensor) -> None:
     """Write ``tensor`` as a version 1.0 ``.npy`` file that ``numpy.load`` reads.
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import FormatError, IndexingError
+from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
 from ._common import PathLike, TensorNames, file_size, label, map_file, open_regular
@@ -46,6 +47,7 @@ class _Entry:
         self.where = where
 
 
+@guard_methods
 class NpzFile(TensorNames):
     """An opened ``.npz`` archive whose tensors are read lazily.
 
@@ -118,6 +120,7 @@ class NpzFile(TensorNames):
         return f"NpzFile({self._path!r}, {len(self._by_name)} tensors)"
 
 
+@guard_function
 def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
     """Open an ``.npz`` archive lazily: the zip directory and every header are validated.
 
@@ -145,6 +148,7 @@ def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
     return NpzFile(where, raw, entries, copy)
 
 
+@guard_function
 def load_npz(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
     """Every tensor of an ``.npz`` archive, by name, in archive order.
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
+from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._strict_json import loads_strict
 from .._tensor import Tensor
@@ -62,6 +63,7 @@ class _Shard:
         self.entries = {entry.name: entry for entry in entries}
 
 
+@guard_methods
 class SafetensorsFile(TensorNames):
     """A lazily read safetensors file, or a sharded checkpoint opened as one collection.
 
@@ -160,6 +162,7 @@ def _tensor(shard: _Shard, entry: Entry, copy: bool) -> Tensor:
     return tensor_of(span.view(dtype.numpy).reshape(entry.dims), dtype, copy)
 
 
+@guard_function
 def open_safetensors(path: PathLike, copy: bool = False) -> SafetensorsFile:
     """Open a safetensors file lazily: the header is validated and the file mapped.
 
@@ -192,6 +195,7 @@ def open_safetensors(path: PathLike, copy: bool = False) -> SafetensorsFile:
     return SafetensorsFile(text, shards, copy)
 
 
+@guard_function
 def load_safetensors(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
     """Every tensor of a safetensors file (or sharded checkpoint), as zero-copy views.
 
@@ -262,6 +266,7 @@ def _is_plain_file_name(name: object) -> bool:
     )
 
 
+@guard_function
 def save_safetensors(
     path: PathLike, tensors: Mapping[str, Tensor], metadata: Mapping[str, str] | None = None
 ) -> None:
