@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -290,6 +291,32 @@ def test_real_model_round_trips_bit_identical(tmp_path: Path) -> None:
         reference = st.load_safetensors(Path(location) / files[0])
         for name, tensor in reference.items():
             assert strided_bytes(opened.get(name)) == strided_bytes(tensor)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dtypes_strided_cannot_hold_are_named(tmp_path: Path, fmt: str) -> None:
+    complex_path = save({"z": torch.ones(2, dtype=torch.complex64)}, tmp_path / "z.pt", fmt)
+    with pytest.raises(st.FormatError, match=r"torch\.ComplexFloatStorage is a storage"):
+        open_pytorch(complex_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # quantized tensors are deprecated
+        quantized = torch._make_per_tensor_quantized_tensor(torch.ones(2, dtype=torch.int8), 0.5, 0)
+    with pytest.raises(st.FormatError, match=r"torch\._utils\._rebuild_qtensor is not an allowed"):
+        open_pytorch(save({"q": quantized}, tmp_path / "q.pt", fmt))
+
+
+def test_float8_e8m0(tmp_path: Path) -> None:
+    values = torch.tensor([0.25, 1.0, 2.0**100]).to(torch.float8_e8m0fnu)
+    path = save({"scales": values}, tmp_path / "e8m0.pt")
+    if not hasattr(st.DType, "F8_E8M0"):
+        with pytest.raises(st.FormatError, match=r"torch\.float8_e8m0fnu is a torch dtype"):
+            open_pytorch(path)
+        return
+    DTYPES[torch.float8_e8m0fnu] = "F8_E8M0"
+    try:
+        assert_matches_torch(path)
+    finally:
+        del DTYPES[torch.float8_e8m0fnu]
 
 
 # -- the file handle ---------------------------------------------------------------------------

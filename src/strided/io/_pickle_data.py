@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 SCALARS = (type(None), bool, int, float, str, bytes)
+# Far beyond any real storage; keeps byte strides of size-1 axes inside 64 bits.
+_MAX_STRIDE = 1 << 48
 
 
 class Global:
@@ -204,8 +206,8 @@ def rebuild_tensor(args: tuple[Any, ...], explicit_dtype: bool) -> TensorRef:
     dims = _dims(size)
     if type(stride) is not tuple or len(stride) != len(dims):
         raise FormatError(f"the stride must be a tuple of {len(dims)} ints")
-    if any(type(step) is not int or step < 0 for step in stride):
-        raise FormatError("every stride must be an int >= 0")
+    if any(type(step) is not int or not 0 <= step < _MAX_STRIDE for step in stride):
+        raise FormatError(f"every stride must be an int in [0, 2**48), found {describe(stride)}")
     _check_flags(requires_grad, hooks)
     negate = _negative_bit(args[fixed] if len(args) > fixed else None, dtype)
     return TensorRef(storage, offset, dims, stride, dtype, negate)

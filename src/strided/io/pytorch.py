@@ -15,14 +15,20 @@ The format is recognized from the first bytes, never from the name. Every storag
 persistent id names must exist with exactly the size it claims; every tensor's offset
 and extent must lie inside its storage. Tensors are read-only views of the mapped file
 (one flat array per storage, so tensors that share a torch storage share a strided
-storage: tied weights and slices), made when asked for; big-endian archives are
-converted on copy, and a view whose elements could overlap (a zero stride from
-``expand``) is copied into a contiguous tensor. Names: tensors anywhere inside nested
-dicts, lists and tuples are named by the dotted path of keys (list items and int keys
-by their decimal text); a bare tensor at the top level is named after the file's stem.
+storage: tied weights and slices), made when asked for. Big-endian archives are
+converted on copy (element by element at the tensor's own size, also for the untyped
+storages of ``_rebuild_tensor_v3``); a tensor with torch's negative bit is negated on
+copy; a view whose elements could overlap (a zero stride from ``expand``) is copied
+into a contiguous tensor. Otherwise the values are exactly the stored bits, as
+``torch.load(path, weights_only=True)`` gives them.
+
+Names: tensors anywhere inside nested dicts, lists and tuples (and sets, read as lists
+in stored order) are named by the dotted path of keys (list items and int keys by
+their decimal text); a bare tensor at the top level is named after the file's stem.
 Plain leaves (None, bool, int, float, str, and ``torch.Size`` as a list of ints) are the
-metadata, under the same dotted names; bytes, sets' non-plain content, dtypes and bare
-storages are not reported. A name produced twice is a FormatError.
+metadata, under the same dotted names. Bytes, dtypes and bare storages are neither
+tensors nor metadata and are not reported; an ``OrderedDict``'s attributes (a state
+dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
 """
 
 from __future__ import annotations
@@ -194,7 +200,7 @@ class _Shard:
         storage = self.storage(ref.storage, dtype)
         size = dtype.itemsize
         if 0 in ref.dims:
-            return Tensor._wrap(shaped(storage[:0], ref.dims))
+            return tensor_of(shaped(storage[:0], ref.dims), dtype, copy)
         view = np.ndarray(
             ref.dims,
             dtype=storage.dtype,
