@@ -386,6 +386,18 @@ def test_exponential_sharing_is_refused_quickly(tmp_path: Path) -> None:
     assert time.perf_counter() - started < 30  # it stops after ~2 visits per pickle byte
 
 
+def test_long_shared_keys_cannot_build_huge_names(tmp_path: Path) -> None:
+    # One 100 kB key, memoized, names every level of a nested dict: the dotted names
+    # would grow by 100 kB a level.
+    key = text("k" * 100_000) + b"q\x00"
+    payload = PROTO2 + b"}q\x01" + key + b"}q\x02s"
+    for level in range(2, 200):
+        payload += b"h" + bytes([level]) + b"h\x00}q" + bytes([level + 1]) + b"s0"
+    payload += b"0h\x01" + STOP
+    with pytest.raises(st.LimitError, match="a dotted name longer than 65536"):
+        open_pytorch(as_zip(tmp_path, payload))
+
+
 def test_dup_and_get_loops_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_pickle, "MAX_OPCODES", 10_000)
     with pytest.raises(st.LimitError, match="runs more than 10000 opcodes"):

@@ -99,9 +99,15 @@ def reference_names(obj: object, stem: str) -> tuple[dict[str, Any], dict[str, A
     return tensors, metadata
 
 
-def assert_matches_torch(path: Path) -> PyTorchFile:
-    """strided's reading of ``path`` equals torch.load's, name for name and bit for bit."""
-    expected = torch.load(path, weights_only=True, map_location="cpu")
+def assert_matches_torch(path: Path, weights_only: bool = True) -> PyTorchFile:
+    """strided's reading of ``path`` equals torch.load's, name for name and bit for bit.
+
+    ``weights_only=False`` only for files the test wrote itself (torch's restricted
+    unpickler does not read pickle protocols 4 and 5).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+        expected = torch.load(path, weights_only=weights_only, map_location="cpu")
     tensors, metadata = reference_names(expected, path.stem)
     opened = open_pytorch(path)
     assert opened.keys() == list(tensors)
@@ -226,6 +232,17 @@ def test_training_checkpoint_nests_and_keeps_plain_leaves(tmp_path: Path, fmt: s
     assert opened.metadata["input_shape"] == [2, 4]
     assert opened.metadata["hparams.layers.1"] == 32
     assert opened.metadata["optimizer_states.0.param_groups.0.params.1"] == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("protocol", [3, 4, 5])
+def test_other_pickle_protocols(tmp_path: Path, fmt: str, protocol: int) -> None:
+    base = random_tensor(torch.bfloat16, (4, 6), 11)
+    state = {"w": base, "t": base.t(), "meta": {"steps": [1, 2], "name": "p" * 300}}
+    path = tmp_path / "proto.pt"
+    torch.save(state, path, pickle_protocol=protocol, _use_new_zipfile_serialization=fmt == "zip")
+    opened = assert_matches_torch(path, weights_only=protocol < 4)
+    assert opened.get("t").shares_storage(opened.get("w"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -20,9 +20,10 @@ finds. Every other global, any call of something else, ``BUILD`` on anything but
 ``OrderedDict`` or a parameter, ``INST``/``OBJ``/``NEWOBJ``, extension codes, out-of-band
 buffers and unknown opcodes are FormatErrors naming them and the byte where they are.
 
-Caps hold before anything grows: values pushed in total (so ``DUP``/``GET`` loops that
-build huge shared structures stop early), memo entries, open marks, and the bytes that
-``_codecs.encode`` may make; every length is checked against the bytes remaining.
+Caps hold before anything grows: opcodes run in total (each pushes at most one value, so
+``DUP``/``GET`` loops that build huge shared structures stop early), memo entries, open
+marks, and the bytes that ``_codecs.encode`` may make (no more than the pickle holds);
+every length is checked against the bytes remaining.
 Nothing recurses on the input's structure, and dict keys and set items are checked to
 be plain scalars before they are hashed.
 """
@@ -156,11 +157,6 @@ class _Machine:
         items = self.stack
         self.stack = self.metastack.pop()
         return items
-
-    def spend_bytes(self, count: int) -> None:
-        self.bytes_budget -= count
-        if self.bytes_budget < 0:
-            raise LimitError(f"{self.where}: the pickle makes more bytes than it holds")
 
     def remember(self, index: int, value: object) -> None:
         memo = self.memo
@@ -483,19 +479,19 @@ def _put(m: _Machine, index: int) -> None:
 
 
 def _binput(m: _Machine) -> None:
-    index = m.data[m.take(1)]
-    if not m.stack:
-        raise m.fail("the stack is empty")
-    m.memo[index] = m.stack[-1]
-    if len(m.memo) > MAX_MEMO:
-        raise LimitError(f"{m.where}: more than {MAX_MEMO} memo entries")
+    m.remember(m.data[m.take(1)], m.top())
+
+
+def _long_binput(m: _Machine) -> None:
+    m.remember(_U32(m.data, m.take(4))[0], m.top())
 
 
 def _binget(m: _Machine) -> None:
-    value = m.memo.get(m.data[m.take(1)], _MISSING)
-    if value is _MISSING:
-        raise m.fail(f"memo entry {m.data[m.at + 1]} was never stored")
-    m.stack.append(value)
+    m.recall(m.data[m.take(1)])
+
+
+def _long_binget(m: _Machine) -> None:
+    m.recall(_U32(m.data, m.take(4))[0])
 
 
 def _binunicode(m: _Machine) -> None:
@@ -540,11 +536,11 @@ _OPCODES: list[tuple[str, str, _Handler]] = [
     ("2", "DUP", lambda m: m.stack.append(m.top())),
     ("p", "PUT", lambda m: _put(m, int(m.line()))),
     ("q", "BINPUT", _binput),
-    ("r", "LONG_BINPUT", lambda m: _put(m, _u32(m))),
+    ("r", "LONG_BINPUT", _long_binput),
     ("\x94", "MEMOIZE", lambda m: m.remember(len(m.memo), m.top())),
     ("g", "GET", lambda m: m.recall(int(m.line()))),
     ("h", "BINGET", _binget),
-    ("j", "LONG_BINGET", lambda m: m.recall(_u32(m))),
+    ("j", "LONG_BINGET", _long_binget),
     ("N", "NONE", lambda m: m.stack.append(None)),
     ("\x88", "NEWTRUE", lambda m: m.stack.append(True)),
     ("\x89", "NEWFALSE", lambda m: m.stack.append(False)),
@@ -622,7 +618,9 @@ def _ordered_dict(m: _Machine, args: tuple[Any, ...]) -> object:
 def _encode(m: _Machine, args: tuple[Any, ...]) -> object:
     if len(args) != 2 or type(args[0]) is not str or args[1] not in ("latin1", "latin-1"):
         raise FormatError("expected (text, 'latin1')")
-    m.spend_bytes(len(args[0]))
+    m.bytes_budget -= len(args[0])
+    if m.bytes_budget < 0:
+        raise LimitError("the pickle makes more bytes than it holds")
     try:
         return args[0].encode("latin-1")
     except UnicodeEncodeError:

@@ -65,6 +65,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 _MAX_NESTING = 256  # dicts/lists/tuples inside each other
+_MAX_NAME = 1 << 16  # characters in a dotted name
 _MAX_INDEX_BYTES = 100_000_000
 _INDEX_DEPTH = 16
 _LEAVES = (type(None), bool, int, float, str)
@@ -313,6 +314,8 @@ def _flatten(
         if budget < 0:
             raise LimitError(f"{where}: the data refers to its parts too many times")
         key, value = step
+        if len(prefix) + len(key) >= _MAX_NAME:
+            raise LimitError(f"{where}: a dotted name longer than {_MAX_NAME} characters")
         name = f"{prefix}.{key}" if prefix else key
         if not _is_container(value):
             leaf(name, value)
