@@ -20,7 +20,7 @@ import ast
 import io
 import re
 import tokenize
-from typing import IO, Any
+from typing import IO, Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -40,9 +40,20 @@ from ._common import (
     write_logical,
 )
 
-__all__ = ["MAX_HEADER_BYTES", "load_npy", "save_npy"]
+__all__ = [
+    "HEAD_BYTES",
+    "MAX_HEADER_BYTES",
+    "NpyHeader",
+    "check_npy_size",
+    "load_npy",
+    "npy_tensor",
+    "parse_npy_header",
+    "save_npy",
+]
 
 MAX_HEADER_BYTES = 10_000
+# The most bytes a header can take: magic, version, a u32 length, then the header.
+HEAD_BYTES = 12 + MAX_HEADER_BYTES
 _MAGIC = b"\x93NUMPY"
 _KEYS = frozenset({"descr", "fortran_order", "shape"})
 
@@ -63,6 +74,24 @@ for _dtype, _code in ((DType.BOOL, "b1"), (DType.I8, "i1"), (DType.U8, "u1")):
 _WRITE_DESCR = {dtype: np.dtype(dtype.numpy).str for dtype, big in _DESCR.values() if not big}
 
 
+class NpyHeader(NamedTuple):
+    """A validated ``.npy`` header: what the data holds and where it starts."""
+
+    dtype: DType
+    big_endian: bool
+    fortran: bool
+    dims: tuple[int, ...]
+    data_start: int
+
+    @property
+    def nbytes(self) -> int:
+        """The data's size in bytes: elements times itemsize."""
+        numel = 1
+        for dim in self.dims:
+            numel *= dim
+        return numel * self.dtype.itemsize
+
+
 def load_npy(path: PathLike, copy: bool = False) -> Tensor:
     """The array in a ``.npy`` file as a Tensor, memory-mapped read-only.
 
@@ -80,51 +109,72 @@ def load_npy(path: PathLike, copy: bool = False) -> Tensor:
     where = label(path)
     with open_regular(where) as file:
         size = file_size(file)
-        dtype, big_endian, fortran, dims, data_start = _read_header(file, size, where)
-        numel = 1
-        for dim in dims:
-            numel *= dim
-        expected = numel * dtype.itemsize
-        if data_start + expected != size:
-            raise FormatError(
-                f"{where}: shape {list(dims)} of {dtype.name} needs {expected} data bytes, "
-                f"the file holds {size - data_start}"
-            )
+        head = read_exact(file, min(size, HEAD_BYTES), where, "header")
+        header = parse_npy_header(head, size, where)
+        check_npy_size(header, size, where)
         raw = map_file(file, size, where)
-    span = raw[data_start:]
+    return npy_tensor(raw[header.data_start :], header, where, copy)
+
+
+def npy_tensor(data: np.ndarray[Any, Any], header: NpyHeader, where: str, copy: bool) -> Tensor:
+    """The tensor ``header`` describes over ``data``, its exactly ``nbytes`` uint8 bytes.
+
+    Little-endian data becomes a view of ``data`` (Fortran order transposed, without a
+    copy), or a copy with ``copy``; big-endian data is converted into a new tensor.
+    BOOL bytes other than 0 and 1 are a FormatError.
+    """
+    dtype, big_endian, fortran, dims = header.dtype, header.big_endian, header.fortran, header.dims
     if dtype is DType.BOOL:
-        bad = np.flatnonzero(span > 1)
+        bad = np.flatnonzero(data > 1)
         if bad.size:
             first = int(bad[0])
-            raise FormatError(f"{where}: BOOL byte {first} is {int(span[first])}, not 0 or 1")
+            raise FormatError(f"{where}: BOOL byte {first} is {int(data[first])}, not 0 or 1")
     stored_dims = dims[::-1] if fortran else dims
     if big_endian:
-        stored = span.view(dtype.numpy.newbyteorder(">")).reshape(stored_dims)
+        stored = data.view(dtype.numpy.newbyteorder(">")).reshape(stored_dims)
         return Tensor._adopt(stored.T if fortran else stored, dtype)
-    view = span.view(dtype.numpy).reshape(stored_dims)
+    view = data.view(dtype.numpy).reshape(stored_dims)
     # Transposing the reversed-shape view gives the logical array without a copy.
     return tensor_of(view.T if fortran else view, dtype, copy)
 
 
-def _read_header(
-    file: IO[bytes], size: int, where: str
-) -> tuple[DType, bool, bool, tuple[int, ...], int]:
+def check_npy_size(header: NpyHeader, size: int, where: str, container: str = "file") -> None:
+    """FormatError unless header and data fill exactly the ``size`` bytes of the container."""
+    expected = header.nbytes
+    if header.data_start + expected != size:
+        raise FormatError(
+            f"{where}: shape {list(header.dims)} of {header.dtype.name} needs {expected} data "
+            f"bytes, the {container} holds {size - header.data_start}"
+        )
+
+
+def parse_npy_header(head: bytes, size: int, where: str, container: str = "file") -> NpyHeader:
+    """The validated header of a ``.npy`` of ``size`` bytes whose first bytes are ``head``.
+
+    ``head`` holds the first ``min(size, HEAD_BYTES)`` bytes (fewer only when the data
+    ended early, which is a FormatError if the header needs them). Raises FormatError,
+    LimitError (header cap, shape caps) or DTypeError (a dtype outside the allow-list);
+    ``container`` names what holds the bytes in messages.
+    """
     if size < 10:
         raise FormatError(f"{where}: {size} bytes is too short for a .npy file")
-    prefix = read_exact(file, 8, where, "magic")
-    if prefix[:6] != _MAGIC:
-        raise FormatError(f"{where}: not a .npy file (bad magic)")
-    version = (prefix[6], prefix[7])
+    if head[:6] != _MAGIC[: len(head)] or len(head) < 10:
+        _short_head(head, where)
+    version = (head[6], head[7])
     if version not in ((1, 0), (2, 0), (3, 0)):
         raise FormatError(f"{where}: .npy version {version[0]}.{version[1]} is not supported")
     width = 2 if version == (1, 0) else 4
-    length = int.from_bytes(read_exact(file, width, where, "header length"), "little")
+    if len(head) < 8 + width:
+        _short_head(head, where)
+    length = int.from_bytes(head[8 : 8 + width], "little")
     if length > MAX_HEADER_BYTES:
         raise LimitError(f"{where}: header of {length} bytes exceeds the cap of {MAX_HEADER_BYTES}")
     data_start = 8 + width + length
     if data_start > size:
-        raise FormatError(f"{where}: header length {length} runs past the end of the file")
-    header = read_exact(file, length, where, "header")
+        raise FormatError(f"{where}: header length {length} runs past the end of the {container}")
+    if data_start > len(head):
+        _short_head(head, where)
+    header = head[8 + width : data_start]
     if not header.isascii():
         raise FormatError(f"{where}: the header is not ASCII")
     parsed = _literal(header.decode("ascii"), version, where)
@@ -143,7 +193,13 @@ def _read_header(
         raise FormatError(f"{where}: shape must be a tuple of ints, found {_short(shape)}")
     dims = checked_shape(shape, where)
     dtype, big_endian = _DESCR[descr]
-    return dtype, big_endian, fortran, dims, data_start
+    return NpyHeader(dtype, big_endian, fortran, dims, data_start)
+
+
+def _short_head(head: bytes, where: str) -> NoReturn:
+    if head[:6] != _MAGIC[: len(head)]:
+        raise FormatError(f"{where}: not a .npy file (bad magic)")
+    raise FormatError(f"{where}: the data ends inside the .npy header ({len(head)} bytes)")
 
 
 _LONG_SUFFIX = re.compile(r"[0-9][lL]")
