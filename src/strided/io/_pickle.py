@@ -44,10 +44,11 @@ from ._pickle_data import (
     PickledSet,
     StorageRef,
     TensorRef,
-    TorchSize,
     describe,
+    ordered_dict,
     rebuild_parameter,
     rebuild_tensor,
+    torch_size,
 )
 
 __all__ = ["MAX_MARKS", "MAX_MEMO", "MAX_OPCODES", "interpret"]
@@ -248,24 +249,8 @@ def _u8(m: _Machine) -> int:
     return m.data[m.take(1)]
 
 
-def _u16(m: _Machine) -> int:
-    value: int = _U16(m.data, m.take(2))[0]
-    return value
-
-
-def _i32(m: _Machine) -> int:
-    value: int = _I32(m.data, m.take(4))[0]
-    return value
-
-
-def _u32(m: _Machine) -> int:
-    value: int = _U32(m.data, m.take(4))[0]
-    return value
-
-
-def _u64(m: _Machine) -> int:
-    value: int = _U64(m.data, m.take(8))[0]
-    return value
+def _number(m: _Machine, unpack: Callable[[memoryview, int], tuple[Any, ...]], size: int) -> Any:
+    return unpack(m.data, m.take(size))[0]
 
 
 def _stop(m: _Machine) -> None:
@@ -273,7 +258,7 @@ def _stop(m: _Machine) -> None:
 
 
 def _frame(m: _Machine) -> None:
-    size = _u64(m)
+    size = _number(m, _U64, 8)
     if m.frame_end >= 0 and m.pos < m.frame_end:
         raise m.fail("a new frame begins before the current one ends")
     if size > m.end - m.pos:
@@ -475,19 +460,11 @@ def _put(m: _Machine, index: int) -> None:
     m.remember(index, m.top())
 
 
-# The opcodes every torch.save pickle is made of, each in one call.
-
-
-def _binput(m: _Machine) -> None:
-    m.remember(m.data[m.take(1)], m.top())
+# The opcodes torch.save pickles are mostly made of, without the generic helpers' calls.
 
 
 def _long_binput(m: _Machine) -> None:
     m.remember(_U32(m.data, m.take(4))[0], m.top())
-
-
-def _binget(m: _Machine) -> None:
-    m.recall(m.data[m.take(1)])
 
 
 def _long_binget(m: _Machine) -> None:
@@ -498,10 +475,6 @@ def _binunicode(m: _Machine) -> None:
     size: int = _U32(m.data, m.take(4))[0]
     start = m.take(size)
     m.stack.append(m.text(m.data[start : start + size]))
-
-
-def _binint1(m: _Machine) -> None:
-    m.stack.append(m.data[m.take(1)])
 
 
 def _pop_mark(m: _Machine) -> None:
@@ -535,35 +508,35 @@ _OPCODES: list[tuple[str, str, _Handler]] = [
     ("1", "POP_MARK", _pop_mark),
     ("2", "DUP", lambda m: m.stack.append(m.top())),
     ("p", "PUT", lambda m: _put(m, int(m.line()))),
-    ("q", "BINPUT", _binput),
+    ("q", "BINPUT", lambda m: m.remember(_u8(m), m.top())),
     ("r", "LONG_BINPUT", _long_binput),
     ("\x94", "MEMOIZE", lambda m: m.remember(len(m.memo), m.top())),
     ("g", "GET", lambda m: m.recall(int(m.line()))),
-    ("h", "BINGET", _binget),
+    ("h", "BINGET", lambda m: m.recall(_u8(m))),
     ("j", "LONG_BINGET", _long_binget),
     ("N", "NONE", lambda m: m.stack.append(None)),
     ("\x88", "NEWTRUE", lambda m: m.stack.append(True)),
     ("\x89", "NEWFALSE", lambda m: m.stack.append(False)),
     ("I", "INT", _text_int),
-    ("J", "BININT", lambda m: m.stack.append(_i32(m))),
-    ("K", "BININT1", _binint1),
-    ("M", "BININT2", lambda m: m.stack.append(_u16(m))),
+    ("J", "BININT", lambda m: m.stack.append(_number(m, _I32, 4))),
+    ("K", "BININT1", lambda m: m.stack.append(_u8(m))),
+    ("M", "BININT2", lambda m: m.stack.append(_number(m, _U16, 2))),
     ("L", "LONG", _text_long),
     ("\x8a", "LONG1", lambda m: _long(m, _u8(m))),
-    ("\x8b", "LONG4", lambda m: _long(m, _i32(m))),
+    ("\x8b", "LONG4", lambda m: _long(m, _number(m, _I32, 4))),
     ("F", "FLOAT", lambda m: m.stack.append(float(m.line()))),
-    ("G", "BINFLOAT", lambda m: m.stack.append(_F64(m.data, m.take(8))[0])),
+    ("G", "BINFLOAT", lambda m: m.stack.append(_number(m, _F64, 8))),
     ("S", "STRING", _string),
-    ("T", "BINSTRING", lambda m: m.stack.append(m.text(m.sized(_i32(m))))),
+    ("T", "BINSTRING", lambda m: m.stack.append(m.text(m.sized(_number(m, _I32, 4))))),
     ("U", "SHORT_BINSTRING", lambda m: m.stack.append(m.text(m.sized(_u8(m))))),
     ("V", "UNICODE", _unicode_text),
     ("X", "BINUNICODE", _binunicode),
     ("\x8c", "SHORT_BINUNICODE", lambda m: m.stack.append(m.text(m.sized(_u8(m))))),
-    ("\x8d", "BINUNICODE8", lambda m: m.stack.append(m.text(m.sized(_u64(m))))),
-    ("B", "BINBYTES", lambda m: m.stack.append(bytes(m.sized(_u32(m))))),
+    ("\x8d", "BINUNICODE8", lambda m: m.stack.append(m.text(m.sized(_number(m, _U64, 8))))),
+    ("B", "BINBYTES", lambda m: m.stack.append(bytes(m.sized(_number(m, _U32, 4))))),
     ("C", "SHORT_BINBYTES", lambda m: m.stack.append(bytes(m.sized(_u8(m))))),
-    ("\x8e", "BINBYTES8", lambda m: m.stack.append(bytes(m.sized(_u64(m))))),
-    ("\x96", "BYTEARRAY8", lambda m: m.stack.append(bytes(m.sized(_u64(m))))),
+    ("\x8e", "BINBYTES8", lambda m: m.stack.append(bytes(m.sized(_number(m, _U64, 8))))),
+    ("\x96", "BYTEARRAY8", lambda m: m.stack.append(bytes(m.sized(_number(m, _U64, 8))))),
     ("}", "EMPTY_DICT", lambda m: m.stack.append({})),
     ("d", "DICT", _dict),
     ("s", "SETITEM", lambda m: _setitems(m, [*reversed([m.pop(), m.pop()])])),
@@ -609,12 +582,6 @@ _REFUSED = {
 # -- the allow-list: globals understood as data ------------------------------------------
 
 
-def _ordered_dict(m: _Machine, args: tuple[Any, ...]) -> object:
-    if args:
-        raise FormatError(f"expected no arguments, found {len(args)}")
-    return OrderedDict()
-
-
 def _encode(m: _Machine, args: tuple[Any, ...]) -> object:
     if len(args) != 2 or type(args[0]) is not str or args[1] not in ("latin1", "latin-1"):
         raise FormatError("expected (text, 'latin1')")
@@ -627,18 +594,10 @@ def _encode(m: _Machine, args: tuple[Any, ...]) -> object:
         raise FormatError("the text holds characters beyond latin-1") from None
 
 
-def _size(m: _Machine, args: tuple[Any, ...]) -> object:
-    if len(args) != 1 or type(args[0]) not in (tuple, list):
-        raise FormatError("expected one tuple of ints")
-    if any(type(dim) is not int for dim in args[0]):
-        raise FormatError("every dim must be an int")
-    return TorchSize(tuple(args[0]))
-
-
 _RULES: dict[str, Callable[[_Machine, tuple[Any, ...]], object]] = {
-    "collections.OrderedDict": _ordered_dict,
+    "collections.OrderedDict": lambda m, args: ordered_dict(args),
     "_codecs.encode": _encode,
-    "torch.Size": _size,
+    "torch.Size": lambda m, args: torch_size(args),
     "torch._utils._rebuild_tensor_v2": lambda m, args: rebuild_tensor(args, False),
     "torch._utils._rebuild_tensor_v3": lambda m, args: rebuild_tensor(args, True),
     "torch._utils._rebuild_parameter": lambda m, args: rebuild_parameter(args, False),
@@ -647,36 +606,19 @@ _RULES: dict[str, Callable[[_Machine, tuple[Any, ...]], object]] = {
 
 # The element type of each typed storage class torch writes (torch.cuda.* in old files).
 _STORAGE_TYPES = {
-    "BoolStorage": DType.BOOL,
-    "CharStorage": DType.I8,
-    "ShortStorage": DType.I16,
-    "IntStorage": DType.I32,
-    "LongStorage": DType.I64,
-    "ByteStorage": DType.U8,
-    "HalfStorage": DType.F16,
-    "BFloat16Storage": DType.BF16,
-    "FloatStorage": DType.F32,
+    "BoolStorage": DType.BOOL, "CharStorage": DType.I8, "ShortStorage": DType.I16,
+    "IntStorage": DType.I32, "LongStorage": DType.I64, "ByteStorage": DType.U8,
+    "HalfStorage": DType.F16, "BFloat16Storage": DType.BF16, "FloatStorage": DType.F32,
     "DoubleStorage": DType.F64,
-}
+}  # fmt: skip
+# torch's dtype names; E8M0 is read once strided has a DType for it, refused until then.
 _DTYPE_NAMES: dict[str, DType | None] = {
-    "bool": DType.BOOL,
-    "int8": DType.I8,
-    "int16": DType.I16,
-    "int32": DType.I32,
-    "int64": DType.I64,
-    "uint8": DType.U8,
-    "uint16": DType.U16,
-    "uint32": DType.U32,
-    "uint64": DType.U64,
-    "float16": DType.F16,
-    "bfloat16": DType.BF16,
-    "float32": DType.F32,
-    "float64": DType.F64,
-    "float8_e4m3fn": DType.F8_E4M3,
-    "float8_e5m2": DType.F8_E5M2,
-    # Present once strided has an E8M0 dtype; until then refused by name below.
+    "bool": DType.BOOL, "int8": DType.I8, "int16": DType.I16, "int32": DType.I32,
+    "int64": DType.I64, "uint8": DType.U8, "uint16": DType.U16, "uint32": DType.U32,
+    "uint64": DType.U64, "float16": DType.F16, "bfloat16": DType.BF16, "float32": DType.F32,
+    "float64": DType.F64, "float8_e4m3fn": DType.F8_E4M3, "float8_e5m2": DType.F8_E5M2,
     "float8_e8m0fnu": getattr(DType, "F8_E8M0", None),
-}
+}  # fmt: skip
 _NO_DTYPE = (
     "complex32 complex64 complex128 float8_e4m3fnuz float8_e5m2fnuz float4_e2m1fn_x2 "
     "qint8 quint8 qint32 quint4x2 quint2x4 bits1x8 bits2x4 bits4x2 bits8 bits16 "

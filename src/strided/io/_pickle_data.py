@@ -25,8 +25,10 @@ __all__ = [
     "TensorRef",
     "TorchSize",
     "describe",
+    "ordered_dict",
     "rebuild_parameter",
     "rebuild_tensor",
+    "torch_size",
 ]
 
 SCALARS = (type(None), bool, int, float, str, bytes)
@@ -143,6 +145,22 @@ def describe(value: object) -> str:
     if isinstance(value, Global):
         return value.name
     return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
+def ordered_dict(args: tuple[Any, ...]) -> OrderedDict[Any, Any]:
+    """``collections.OrderedDict()``: a new empty ordered dict (torch passes no arguments)."""
+    if args:
+        raise FormatError(f"expected no arguments, found {len(args)}")
+    return OrderedDict()
+
+
+def torch_size(args: tuple[Any, ...]) -> TorchSize:
+    """``torch.Size((d0, d1, ...))``: a shape held as data."""
+    if len(args) != 1 or type(args[0]) not in (tuple, list):
+        raise FormatError("expected one tuple of ints")
+    if any(type(dim) is not int for dim in args[0]):
+        raise FormatError("every dim must be an int")
+    return TorchSize(tuple(args[0]))
 
 
 def _dims(size: object) -> tuple[int, ...]:
