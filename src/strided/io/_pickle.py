@@ -5,7 +5,7 @@ it with Python's unpickler imports and calls whatever it names. This module inte
 the opcodes itself and never imports, looks up or calls anything a file names. It
 builds only plain data -- ``dict``, ``collections.OrderedDict``, ``list``, ``tuple``,
 ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` and ordered sets -- plus the
-few records below, and knows a closed table of globals, each understood as data:
+records of ``_pickle_data``, and knows a closed table of globals, each understood as data:
 
 * ``collections.OrderedDict``, ``torch.Size`` and ``_codecs.encode(text, "latin1")``
   (how protocol 2 spells ``bytes``) when applied to the arguments torch writes;
