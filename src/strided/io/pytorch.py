@@ -1,0 +1,486 @@
+"""PyTorch checkpoints (``torch.save`` files) read without running them.
+
+A ``torch.save`` file is a pickle program plus raw storage bytes. The pickle is
+interpreted as data by ``_pickle`` (nothing is imported or called); what it describes
+is then checked against the bytes that are really there:
+
+* the zip format (torch >= 1.6): one top-level folder holding ``data.pkl``,
+  ``data/<key>`` (one member per storage, stored uncompressed) and ``byteorder``;
+* the legacy format (``_use_new_zipfile_serialization=False``): pickles of the magic
+  number, the protocol version and the system info, the object, the list of storage
+  keys, then each storage as an 8-byte element count and its bytes, to the end of file;
+* a ``pytorch_model.bin.index.json`` whose ``weight_map`` names the shards.
+
+The format is recognized from the first bytes, never from the name. Every storage a
+persistent id names must exist with exactly the size it claims; every tensor's offset
+and extent must lie inside its storage. Tensors are read-only views of the mapped file
+(one flat array per storage, so tensors that share a torch storage share a strided
+storage: tied weights and slices), made when asked for. Big-endian archives are
+converted on copy (element by element at the tensor's own size, also for the untyped
+storages of ``_rebuild_tensor_v3``); a tensor with torch's negative bit is negated on
+copy; a view whose elements could overlap (a zero stride from ``expand``) is copied
+into a contiguous tensor. Otherwise the values are exactly the stored bits, as
+``torch.load(path, weights_only=True)`` gives them.
+
+Names: tensors anywhere inside nested dicts, lists and tuples (and sets, read as lists
+in stored order) are named by the dotted path of keys (list items and int keys by
+their decimal text); a bare tensor at the top level is named after the file's stem.
+Plain leaves (None, bool, int, float, str, and ``torch.Size`` as a list of ints) are the
+metadata, under the same dotted names. Bytes, dtypes and bare storages are neither
+tensors nor metadata and are not reported; an ``OrderedDict``'s attributes (a state
+dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._construct import seal, shaped
+from .._dtype import DType
+from .._errors import FormatError, IndexingError, LimitError
+from .._shape import Shape
+from .._strict_json import loads_strict
+from .._tensor import Tensor
+from ._common import (
+    PathLike,
+    TensorNames,
+    file_size,
+    label,
+    map_file,
+    open_regular,
+    read_exact,
+    tensor_of,
+)
+from ._pickle import interpret
+from ._pickle_data import PickledSet, StorageRef, TensorRef, TorchSize, describe
+
+__all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_PROTOCOL = 1001
+_MAX_NESTING = 256  # dicts/lists/tuples inside each other
+_MAX_NAME = 1 << 16  # characters in a dotted name
+_MAX_INDEX_BYTES = 100_000_000
+_INDEX_DEPTH = 16
+_LEAVES = (type(None), bool, int, float, str)
+
+Leaf = str | int | float | bool | list[int] | None
+
+
+class _Shard:
+    """One opened ``torch.save`` file: its mapping, storage offsets and described tensors."""
+
+    __slots__ = ("_arrays", "big_endian", "metadata", "raw", "spans", "tensors", "where")
+
+    def __init__(self, path: str) -> None:
+        self.where = path
+        with open_regular(path) as file:
+            size = file_size(file)
+            self.raw = map_file(file, size, path)
+        self.big_endian = False
+        storages: dict[str, StorageRef] = {}
+        if bytes(self.raw[:4]) == _ZIP_MAGIC:
+            root, pickle_bytes, self.spans = self._zip(storages)
+        elif bytes(self.raw[:1]) == b"\x80":
+            root, pickle_bytes, self.spans = self._legacy(storages)
+        else:
+            raise FormatError(
+                f"{path}: not a PyTorch checkpoint (first bytes {bytes(self.raw[:8])!r}); "
+                "expected a zip archive or a legacy torch.save pickle stream"
+            )
+        self.tensors, self.metadata = _flatten(root, Path(path).stem, path, pickle_bytes)
+        for name, ref in self.tensors.items():
+            _check_view(ref, f"{path}: tensor {name[:80]!r}")
+        self._arrays: dict[tuple[str, DType], np.ndarray[Any, Any]] = {}
+
+    def _zip(self, storages: dict[str, StorageRef]) -> tuple[object, int, dict[str, int]]:
+        from ._zip import read_zip, stored_bytes
+
+        where = self.where
+        members = read_zip(self.raw, where)
+        prefix = _archive_folder(list(members), where)
+        pickle_member = members.get(prefix + "data.pkl")
+        if pickle_member is None:
+            raise FormatError(f"{where}: the archive has no {prefix}data.pkl")
+        order = members.get(prefix + "byteorder")
+        if order is not None:
+            text = bytes(stored_bytes(self.raw, order))
+            if text not in (b"little", b"big"):
+                raise FormatError(f"{where}: byteorder is {text[:20]!r}, not little or big")
+            self.big_endian = text == b"big"
+        data = memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
+        root, end = interpret(data, 0, f"{where}: data.pkl", storages)
+        if end != len(data):
+            raise FormatError(f"{where}: data.pkl has {len(data) - end} bytes after its STOP")
+        spans = {}
+        for key, ref in storages.items():
+            member = members.get(f"{prefix}data/{key}")
+            if member is None:
+                raise FormatError(f"{where}: storage {key!r} has no member {prefix}data/{key}")
+            if member.size != ref.nbytes:
+                raise FormatError(
+                    f"{where}: storage {key!r} claims {ref.nbytes} bytes "
+                    f"({ref.numel} x {ref.dtype.name}), its member holds {member.size}"
+                )
+            spans[key] = member.data_offset
+        return root, end, spans
+
+    def _legacy(self, storages: dict[str, StorageRef]) -> tuple[object, int, dict[str, int]]:
+        where, data = self.where, memoryview(self.raw)  # type: ignore[arg-type]
+        magic, pos = interpret(data, 0, where)
+        if type(magic) is not int or magic != _LEGACY_MAGIC:
+            raise FormatError(
+                f"{where}: not a torch.save file: the first pickle holds {describe(magic)}, "
+                "not the legacy magic number"
+            )
+        version, pos = interpret(data, pos, where)
+        if type(version) is not int or version != _LEGACY_PROTOCOL:
+            raise FormatError(f"{where}: legacy protocol version {describe(version)}, not 1001")
+        info, pos = interpret(data, pos, where)
+        if type(info) is not dict:
+            raise FormatError(f"{where}: the system info is {describe(info)}, not a dict")
+        start = pos
+        root, pos = interpret(data, pos, where, storages)
+        pickle_bytes = pos - start
+        keys, pos = interpret(data, pos, where)
+        if type(keys) is not list or any(type(key) is not str for key in keys):
+            raise FormatError(f"{where}: the storage keys are {describe(keys)}, not strings")
+        if len(set(keys)) != len(keys) or set(keys) != set(storages):
+            missing = sorted(set(storages) - set(keys))[:3]
+            raise FormatError(
+                f"{where}: the storage key list does not match the storages the data names "
+                f"(missing {missing}, repeated or unused keys: {len(keys) - len(storages)})"
+            )
+        spans = {}
+        for key in keys:
+            ref = storages[key]
+            if len(data) - pos < 8:
+                raise FormatError(f"{where}: storage {key!r}: the file ends before its size")
+            count = int.from_bytes(data[pos : pos + 8], "little", signed=True)
+            if count != ref.numel:
+                raise FormatError(
+                    f"{where}: storage {key!r} is stored with {count} elements, "
+                    f"the data names {ref.numel}"
+                )
+            pos += 8
+            if ref.nbytes > len(data) - pos:
+                raise FormatError(
+                    f"{where}: storage {key!r} needs {ref.nbytes} bytes, {len(data) - pos} remain"
+                )
+            spans[key] = pos
+            pos += ref.nbytes
+        if pos != len(data):
+            raise FormatError(f"{where}: {len(data) - pos} bytes after the last storage")
+        return root, pickle_bytes, spans
+
+    def storage(self, ref: StorageRef, dtype: DType) -> np.ndarray[Any, Any]:
+        """The storage as one flat read-only array of ``dtype`` (little-endian), cached."""
+        found = self._arrays.get((ref.key, dtype))
+        if found is not None:
+            return found
+        size = dtype.itemsize
+        start = self.spans[ref.key]
+        region = memoryview(self.raw)[start : start + ref.nbytes // size * size]  # type: ignore[arg-type]
+        if self.big_endian and size > 1:
+            swapped = np.frombuffer(region, dtype=f">u{size}").astype(f"<u{size}")
+            array = seal(swapped.view(dtype.numpy))
+        else:
+            array = np.frombuffer(region, dtype=dtype.numpy)
+        self._arrays[(ref.key, dtype)] = array
+        return array
+
+    def tensor(self, name: str, ref: TensorRef, copy: bool) -> Tensor:
+        """The tensor ``ref`` describes, as a view of its storage (or a copy)."""
+        dtype = ref.dtype
+        storage = self.storage(ref.storage, dtype)
+        size = dtype.itemsize
+        if 0 in ref.dims:
+            return tensor_of(shaped(storage[:0], ref.dims), dtype, copy)
+        view = np.ndarray(
+            ref.dims,
+            dtype=storage.dtype,
+            buffer=storage,
+            offset=ref.offset * size,
+            strides=tuple(step * size for step in ref.strides),
+        )
+        if dtype is DType.BOOL:
+            bad = np.flatnonzero(view.view(np.uint8) > 1)
+            if bad.size:
+                raise FormatError(
+                    f"{self.where}: tensor {name[:80]!r}: BOOL element {int(bad[0])} is not 0 or 1"
+                )
+        if ref.negate:
+            return Tensor._adopt(_negated(view, dtype), dtype)
+        if _may_overlap(ref.dims, ref.strides):
+            return Tensor._adopt(view.copy(), dtype)
+        return tensor_of(view, dtype, copy)
+
+
+def _archive_folder(names: list[str], where: str) -> str:
+    """The one top-level folder every member of a torch zip archive lives in, with '/'."""
+    folder = names[0].partition("/")[0] + "/" if names and "/" in names[0] else ""
+    if not folder or any(not name.startswith(folder) for name in names):
+        raise FormatError(f"{where}: the archive's members are not all in one top-level folder")
+    return folder
+
+
+def _check_view(ref: TensorRef, where: str) -> None:
+    """The view's elements must lie inside its storage (validated with Python ints)."""
+    elements = ref.storage.nbytes // ref.dtype.itemsize
+    if 0 in ref.dims:
+        return
+    pairs = zip(ref.dims, ref.strides, strict=True)
+    last = ref.offset + sum((dim - 1) * step for dim, step in pairs)
+    if last >= elements:
+        raise FormatError(
+            f"{where}: the view (offset {ref.offset}, size {list(ref.dims)}, stride "
+            f"{list(ref.strides)}) reaches element {last}, its storage holds {elements} "
+            f"{ref.dtype.name} elements"
+        )
+
+
+def _may_overlap(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True unless each axis steps past everything the smaller-stride axes cover."""
+    reach = 0
+    axes = sorted((step, dim) for dim, step in zip(dims, strides, strict=True) if dim > 1)
+    for step, dim in axes:
+        if step <= reach:
+            return True
+        reach += (dim - 1) * step
+    return False
+
+
+def _negated(view: np.ndarray[Any, Any], dtype: DType) -> np.ndarray[Any, Any]:
+    """torch's negative bit resolved: sign flipped for floats, two's complement for ints."""
+    if dtype.is_float:
+        bits = np.dtype(f"<u{dtype.itemsize}")
+        sign = np.array(1 << (8 * dtype.itemsize - 1), dtype=bits)
+        flipped: np.ndarray[Any, Any] = (view.view(bits) ^ sign).view(dtype.numpy)
+        return flipped
+    negated: np.ndarray[Any, Any] = np.negative(view)
+    return negated
+
+
+def _children(node: object) -> Iterator[tuple[str, object]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield (key if type(key) is str else str(key)), value
+    else:
+        items = node.items if type(node) is PickledSet else node
+        assert isinstance(items, (list, tuple))
+        for index, value in enumerate(items):
+            yield str(index), value
+
+
+def _flatten(
+    root: object, stem: str, where: str, pickle_bytes: int
+) -> tuple[dict[str, TensorRef], dict[str, Leaf]]:
+    """Name every tensor and plain leaf by its dotted path, walking without recursion.
+
+    The walk visits at most about two values per pickle byte, so shared containers
+    (memo references) that would multiply into an enormous tree are refused.
+    """
+    tensors: dict[str, TensorRef] = {}
+    metadata: dict[str, Leaf] = {}
+    budget = 2 * pickle_bytes + 4096
+
+    def leaf(name: str, value: object) -> None:
+        if name in tensors or name in metadata:
+            raise FormatError(f"{where}: the name {name[:120]!r} is produced twice")
+        if type(value) is TensorRef:
+            tensors[name] = value
+        elif type(value) in _LEAVES:
+            metadata[name] = value  # type: ignore[assignment]
+        elif type(value) is TorchSize:
+            metadata[name] = list(value.dims)
+
+    if not _is_container(root):
+        leaf(stem, root)
+        return tensors, metadata
+    stack: list[tuple[Iterator[tuple[str, object]], str]] = [(_children(root), "")]
+    while stack:
+        children, prefix = stack[-1]
+        step = next(children, None)
+        if step is None:
+            stack.pop()
+            continue
+        budget -= 1
+        if budget < 0:
+            raise LimitError(f"{where}: the data refers to its parts too many times")
+        key, value = step
+        if len(prefix) + len(key) >= _MAX_NAME:
+            raise LimitError(f"{where}: a dotted name longer than {_MAX_NAME} characters")
+        name = f"{prefix}.{key}" if prefix else key
+        if not _is_container(value):
+            leaf(name, value)
+        elif len(stack) >= _MAX_NESTING:
+            raise FormatError(f"{where}: containers nest deeper than {_MAX_NESTING} levels")
+        else:
+            stack.append((_children(value), name))
+    return tensors, metadata
+
+
+def _is_container(value: object) -> bool:
+    return isinstance(value, (dict, list, tuple, PickledSet))
+
+
+class PyTorchFile(TensorNames):
+    """A lazily read PyTorch checkpoint (zip or legacy ``torch.save``, or a sharded one).
+
+    Made by ``open_pytorch``. ``keys()`` lists tensor names in the order the pickle
+    holds them (shard by shard), ``metadata`` the plain leaves under their dotted
+    names, ``info(name)`` the dtype name and shape from the pickle alone, ``get(name)``
+    a read-only tensor (a zero-copy view of the mapped file unless opened with
+    ``copy=True``) and ``inspect(name, options)`` its inspection. A name that is not in
+    the file is an IndexingError.
+    """
+
+    __slots__ = ("_copy", "_metadata", "_path")
+
+    def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
+        """Private: use ``open_pytorch``."""
+        self._path = path
+        self._copy = copy
+        self._by_name: dict[str, tuple[_Shard, TensorRef]] = {}
+        self._metadata: dict[str, Leaf] = {}
+        for shard in shards:
+            for name, ref in shard.tensors.items():
+                if name in self._by_name:
+                    other = self._by_name[name][0].where
+                    raise FormatError(
+                        f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
+                    )
+                self._by_name[name] = (shard, ref)
+            for key, value in shard.metadata.items():
+                if key in self._metadata and self._metadata[key] != value:
+                    raise FormatError(f"{path}: shards disagree on metadata {key[:80]!r}")
+                self._metadata[key] = value
+
+    @property
+    def path(self) -> str:
+        """The path this checkpoint was opened from."""
+        return self._path
+
+    @property
+    def metadata(self) -> dict[str, Leaf]:
+        """A fresh copy of the plain leaves, by dotted name (``{}`` when there are none)."""
+        return {key: list(value) if isinstance(value, list) else value
+                for key, value in self._metadata.items()}  # fmt: skip
+
+    def info(self, name: str) -> tuple[str, Shape]:
+        """``(dtype_name, shape)`` of a tensor, from the pickle alone."""
+        ref = self._lookup(name)[1]
+        return ref.dtype.name, Shape._trusted(ref.dims)
+
+    def get(self, name: str) -> Tensor:
+        """The tensor ``name``: a read-only view of its storage in the mapped file.
+
+        Tensors of one torch storage share one strided storage. Opened with
+        ``copy=True``, an independent copy. Big-endian archives, negative-bit tensors and
+        views whose elements could overlap give new contiguous tensors. BOOL bytes other
+        than 0 and 1 are a FormatError.
+        """
+        shard, ref = self._lookup(name)
+        return shard.tensor(name, ref, self._copy)
+
+    def inspect(self, name: str, options: Any = None) -> Any:
+        """``get(name).inspect(options)``: reads only the sampled elements."""
+        tensor: Any = self.get(name)
+        return tensor.inspect() if options is None else tensor.inspect(options)
+
+    def _lookup(self, name: object) -> tuple[_Shard, TensorRef]:
+        found = self._by_name.get(name) if type(name) is str else None
+        if found is None:
+            raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
+        return found
+
+    def __repr__(self) -> str:
+        return f"PyTorchFile({self._path!r}, {len(self._by_name)} tensors)"
+
+
+def open_pytorch(path: PathLike, copy: bool = False) -> PyTorchFile:
+    """Open a PyTorch checkpoint lazily, without running its pickle.
+
+    ``path`` is a ``torch.save`` file (zip or legacy format, recognized from its first
+    bytes) or a ``pytorch_model.bin.index.json`` whose ``weight_map`` names the shards
+    (plain file names in the index's folder; each shard must hold exactly the tensors
+    mapped to it; a name in two shards is a FormatError). The pickle is interpreted as
+    data and every storage and view checked at once; tensor bytes are read only when a
+    tensor is asked for. Tensors are views of the mapped file: it must not be modified
+    or truncated while they live; ``copy=True`` gives independent copies. A path that
+    cannot be opened raises the OSError unchanged; anything wrong with the content is a
+    FormatError or LimitError naming the file.
+    """
+    text = label(path)
+    with open_regular(text) as file:
+        head = file.read(64)
+    if head.lstrip(b" \t\r\n").startswith(b"{"):
+        return PyTorchFile(text, _index_shards(text), copy)
+    return PyTorchFile(text, [_Shard(text)], copy)
+
+
+def load_pytorch(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
+    """Every tensor of a PyTorch checkpoint by dotted name; raises as ``open_pytorch``.
+
+    Tensors are zero-copy views of the mapped file unless ``copy=True``.
+    """
+    opened = open_pytorch(path, copy)
+    return {name: shard.tensor(name, ref, copy) for name, (shard, ref) in opened._by_name.items()}
+
+
+def _index_shards(path: str) -> list[_Shard]:
+    with open_regular(path) as file:
+        size = file_size(file)
+        if size > _MAX_INDEX_BYTES:
+            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {_MAX_INDEX_BYTES}")
+        data = read_exact(file, size, path, "index")
+    index = loads_strict(data, path, _INDEX_DEPTH)
+    if type(index) is not dict or not set(index) <= {"metadata", "weight_map"}:
+        raise FormatError(f"{path}: the index must be an object of metadata and weight_map")
+    if type(index.get("metadata", {})) is not dict:
+        raise FormatError(f"{path}: metadata must be an object")
+    weight_map = index.get("weight_map")
+    if type(weight_map) is not dict or not weight_map:
+        raise FormatError(f"{path}: weight_map must be a non-empty object of name -> shard file")
+    expected: dict[str, set[str]] = {}
+    for name, shard_name in weight_map.items():
+        if not _is_plain_file_name(shard_name):
+            raise FormatError(
+                f"{path}: weight_map[{name[:80]!r}] = {describe(shard_name)} is not a plain "
+                "file name in the index's folder"
+            )
+        expected.setdefault(shard_name, set()).add(name)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    for shard_name in sorted(expected):
+        shard_path = os.path.join(folder, shard_name)
+        if not os.path.isfile(shard_path):
+            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
+        shard = _Shard(shard_path)
+        held = set(shard.tensors)
+        if held != expected[shard_name]:
+            missing = sorted(expected[shard_name] - held)[:5]
+            extra = sorted(held - expected[shard_name])[:5]
+            raise FormatError(
+                f"{path}: shard {shard_name!r} does not match weight_map "
+                f"(missing {missing}, not listed {extra})"
+            )
+        shards.append(shard)
+    return shards
+
+
+def _is_plain_file_name(name: object) -> bool:
+    return (
+        type(name) is str
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and os.path.basename(name) == name
+    )
