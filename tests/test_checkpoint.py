@@ -194,3 +194,36 @@ def test_npz_through_the_door(tmp_path: Path, save: object) -> None:
         assert ckpt.info("a") == st.TensorInfo("a", "I16", st.Shape((2, 3)), 12)
         for name, array in arrays.items():
             assert ckpt[name] == st.Tensor.from_numpy(array)
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
+def test_pytorch_through_the_door(tmp_path: Path, zipped: bool) -> None:
+    path = tmp_path / "model.safetensors"  # the name lies; the bytes decide
+    weight = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    state = {"state_dict": {"w": weight, "tied": weight, "ids": torch.arange(5)}, "epoch": 3}
+    torch.save(state, path, _use_new_zipfile_serialization=zipped)
+    with st.open_checkpoint(path) as ckpt:
+        assert ckpt.format == "pytorch"
+        assert list(ckpt) == ["state_dict.w", "state_dict.tied", "state_dict.ids"]
+        assert ckpt.metadata == {"epoch": 3}
+        assert ckpt.info("state_dict.w") == st.TensorInfo(
+            "state_dict.w", "F32", st.Shape((3, 4)), 48
+        )
+        assert ckpt["state_dict.w"].tolist() == weight.tolist()
+        assert ckpt["state_dict.w"].shares_storage(ckpt["state_dict.tied"])
+        assert ckpt["state_dict.ids"].dtype is st.DType.I64
+    index = tmp_path / "pytorch_model.bin.index.json"
+    index.write_text(
+        json.dumps(
+            {
+                "weight_map": {
+                    n: path.name for n in ["state_dict.w", "state_dict.tied", "state_dict.ids"]
+                }
+            }
+        )
+    )
+    with st.open_checkpoint(index) as ckpt:
+        assert ckpt.format == "pytorch" and len(ckpt) == 3

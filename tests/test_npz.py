@@ -119,7 +119,9 @@ def test_positional_arrays_get_numpys_names(tmp_path: Path) -> None:
 @given(data=hs.data())
 def test_round_trips_through_numpy(data: hs.DataObject) -> None:
     dtype = data.draw(
-        hs.sampled_from([d for d in st.DType if d.name not in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0")])
+        hs.sampled_from(
+            [d for d in st.DType if d.name not in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0")]
+        )
     )
     count = data.draw(hs.integers(1, 4))
     members = {}
@@ -137,8 +139,7 @@ def test_round_trips_through_numpy(data: hs.DataObject) -> None:
         path.write_bytes(buffer.getvalue())
         loaded = load_npz(path)
         for name, array in members.items():
-            assert same_bits(loaded[name], array)
-            assert loaded[name].tolist() == array.tolist()
+            assert same_bits(loaded[name], array)  # bits, so NaN payloads count too
 
 
 # -- the file object -------------------------------------------------------------------------

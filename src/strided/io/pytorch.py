@@ -43,6 +43,7 @@ import numpy as np
 from .._construct import seal, shaped
 from .._dtype import DType
 from .._errors import FormatError, IndexingError, LimitError
+from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._strict_json import loads_strict
 from .._tensor import Tensor
@@ -330,6 +331,7 @@ def _is_container(value: object) -> bool:
     return isinstance(value, (dict, list, tuple, PickledSet))
 
 
+@guard_methods
 class PyTorchFile(TensorNames):
     """A lazily read PyTorch checkpoint (zip or legacy ``torch.save``, or a sharded one).
 
@@ -404,6 +406,7 @@ class PyTorchFile(TensorNames):
         return f"PyTorchFile({self._path!r}, {len(self._by_name)} tensors)"
 
 
+@guard_function
 def open_pytorch(path: PathLike, copy: bool = False) -> PyTorchFile:
     """Open a PyTorch checkpoint lazily, without running its pickle.
 
@@ -425,6 +428,7 @@ def open_pytorch(path: PathLike, copy: bool = False) -> PyTorchFile:
     return PyTorchFile(text, [_Shard(text)], copy)
 
 
+@guard_function
 def load_pytorch(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
     """Every tensor of a PyTorch checkpoint by dotted name; raises as ``open_pytorch``.
 
