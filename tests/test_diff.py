@@ -183,7 +183,7 @@ def test_tolerances_are_exact_at_the_boundary(
     assert tensors["t"]["count"] == 2 and tensors["t"]["first"]["index"] == [1]
     status, tensors = diff(capsys, x, y, "--rtol", "0.25")
     assert tensors["t"]["count"] == 2  # 1.5 vs 1 (0.5 > 0.25) and its neighbour
-    status, tensors = diff(capsys, x, y, "--atol", "0.25", "--rtol", "0.25")
+    _, tensors = diff(capsys, x, y, "--atol", "0.25", "--rtol", "0.25")
     assert tensors["t"]["count"] == 1 and tensors["t"]["first"]["index"] == [1]
 
 
@@ -215,7 +215,8 @@ def test_tolerance_test_is_exact(
     assert tally.count == sum(expected)
     if any(expected):
         assert tally.first == expected.index(True)
-    largest = max(abs(Fraction(x) - Fraction(y)) for x, y in zip(a.tolist(), b.tolist()))
+    pairs = zip(a.tolist(), b.tolist(), strict=True)
+    largest = max(abs(Fraction(x) - Fraction(y)) for x, y in pairs)
     try:
         rounded = float(largest)
     except OverflowError:
@@ -234,8 +235,9 @@ def test_ulp_distance_in_the_narrower_dtype(bits: list[tuple[int, int]], ulp: in
     tally = compare(a, st.DType.F16, b, st.DType.BF16, Tolerance(ulp=ulp), 0, False)
     expected = 0
     with np.errstate(all="ignore"):
-        for x, y in zip(a.astype(np.float64).tolist(), b.astype(np.float64).tolist()):
-            if math.isnan(x) and math.isnan(y) or x == y:
+        wide = zip(a.astype(np.float64).tolist(), b.astype(np.float64).tolist(), strict=True)
+        for x, y in wide:
+            if (math.isnan(x) and math.isnan(y)) or x == y:
                 continue
             if math.isnan(x) or math.isnan(y):
                 expected += 1

@@ -18,6 +18,7 @@ split, order, or the number of workers.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Item", "plan", "text_metadata", "write_safetensors"]
 
-_CHUNK_BYTES = 1 << 22  # output bytes per conversion chunk
+_CHUNK_ELEMENTS = 1 << 19  # elements per conversion chunk: temporaries stay ~12 MiB
 _GGUF_FLOAT32 = 6
 
 
@@ -169,7 +170,7 @@ class _Writer:
         for output, offset, item in jobs:
             if item.mode == "convert":
                 assert item.target is not None
-                step = _chunk_elements(item.target)
+                step = _CHUNK_ELEMENTS  # a multiple of every ggml block size
                 numel = item.planned.shape.numel
                 for start in range(0, numel, step):
                     stop = min(start + step, numel)
@@ -206,11 +207,6 @@ class _Writer:
         self.report(self.done)
 
 
-def _chunk_elements(target: DType) -> int:
-    # A multiple of 256, so chunks of quantized tensors start on block boundaries.
-    return max(_CHUNK_BYTES // target.itemsize // 256, 1) * 256
-
-
 def write_safetensors(
     checkpoint: Checkpoint,
     path: str,
@@ -233,6 +229,8 @@ def write_safetensors(
     by_name = {item.planned.name: item for item in items}
     if max_shard_size is None:
         target = os.path.abspath(destination)
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
         groups = [planned]
     else:
         target = check_folder_target(destination)
@@ -245,7 +243,8 @@ def write_safetensors(
         for number, group in enumerate(groups):
             shape = layout(group, metadata)
             name = shard_name(number, len(groups))
-            output = OutputFile(folder, name, shape.size, sweeper)
+            hidden = os.path.basename(target) if max_shard_size is None else name
+            output = OutputFile(folder, hidden, shape.size, sweeper)
             outputs.append((name, output))
             output.write(0, shape.header)
             jobs.extend((output, shape.offsets[item.name], by_name[item.name]) for item in group)
@@ -257,6 +256,9 @@ def write_safetensors(
         extra = {INDEX_NAME: index_bytes(groups)} if len(groups) > 1 else {}
         commit_folder(target, outputs, extra, sweeper)
         return [name for name, _ in outputs] + list(extra)
+    except OSError as error:
+        # Name the destination, never a temporary file.
+        raise OSError(error.errno, error.strerror or str(error), target) from None
     finally:
         for _, output in outputs:
             output.discard()

@@ -20,7 +20,7 @@ from .._digest import sort_key
 from .._errors import DataError
 from .._jobs import JobError, Runner, plan, sharing, where
 from ._progress import Progress
-from ._text import count_text, index_text, job_error, safe, with_path
+from ._text import index_text, job_error, safe, with_path
 from ._verify import CommandFailure
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _details(entry: dict[str, Any]) -> str:
         for dim in entry["a"]["shape"]:
             numel *= dim
         first = entry["first"]
-        parts.append(f"{entry['count']:,} of {count_text(numel)} differ")
+        parts.append(f"{entry['count']:,} of {numel:,} differ")
         parts.append(f"first {index_text(first['index'])}: {first['a']} vs {first['b']}")
     if "max_abs" in entry:
         parts.append(f"max_abs {entry['max_abs']!r}")
