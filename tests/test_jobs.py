@@ -387,12 +387,12 @@ def _big_source(path: Path, mib: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("shards", [False, True])
-def test_a_killed_convert_leaves_no_output(tmp_path: Path, shards: bool) -> None:
+@pytest.mark.parametrize(("shards", "jobs"), [(False, "1"), (True, "1"), (True, "2")])
+def test_a_killed_convert_leaves_no_output(tmp_path: Path, shards: bool, jobs: str) -> None:
     source = _big_source(tmp_path / "big.safetensors", 256)
     target = tmp_path / ("out" if shards else "out.safetensors")
     command = [sys.executable, "-m", "strided", "convert", str(source), str(target)]
-    command += ["--dtype", "BF16"]
+    command += ["--dtype", "BF16", "--jobs", jobs]
     if shards:
         command += ["--max-shard-size", "40MB"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

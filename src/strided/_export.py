@@ -237,6 +237,7 @@ def write_safetensors(
         groups = shard_groups(planned, max_shard_size)
     folder = os.path.dirname(target)
     outputs: list[tuple[str, OutputFile]] = []
+    runner.start()  # forked workers must not inherit the sweeper's pipe or the outputs
     sweeper = Sweeper()
     try:
         jobs: list[tuple[OutputFile, int, Item]] = []

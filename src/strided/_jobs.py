@@ -6,9 +6,10 @@ job can combine chunks; a digest cannot, it is one SHA-256 stream per tensor). T
 depends only on the tensors, never on the number of workers, and every task's result
 is exact, so combining results in task order gives the same output for any ``--jobs``.
 
-Workers are separate processes (``concurrent.futures.ProcessPoolExecutor``) that open
-the checkpoint files themselves by path (nothing large crosses a pipe) and keep them
-open for the tasks that follow. With one job every task runs in the calling process.
+With ``--jobs N`` the calling process and N - 1 worker processes
+(``concurrent.futures.ProcessPoolExecutor``) run tasks; workers open the checkpoint
+files themselves by path (nothing large crosses a pipe) and keep them open for the
+tasks that follow. With one job every task runs in the calling process.
 When a task fails, the error reported is the one of the first failing task in task
 order (later tasks are cancelled), so errors too are the same for any number of jobs.
 """
@@ -18,13 +19,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import islice
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 # A task reads about this many stored bytes (one tensor at least, when not splittable).
-TASK_BYTES = 1 << 25
+TASK_BYTES = 1 << 24
 # Checkpoints a worker keeps open at once.
 _OPEN_LIMIT = 8
 
@@ -131,12 +133,18 @@ def opened(path: str) -> Checkpoint:
 
 
 def loaded(path: str, name: str) -> Tensor:
-    """``opened(path)[name]``, remembering the last tensor (chunks of one tensor reuse it)."""
-    if _LAST and _LAST[0][0] == path and _LAST[0][1] == name:
-        return _LAST[0][2]
-    _LAST.clear()
+    """``opened(path)[name]``, remembering the last two tensors loaded.
+
+    Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
+    tensor that must be decoded whole (a compressed member) is decoded once per worker.
+    """
+    for index, (where_, found_name, tensor) in enumerate(_LAST):
+        if where_ == path and found_name == name:
+            _LAST.append(_LAST.pop(index))
+            return tensor
     tensor = opened(path)[name]
     _LAST.append((path, name, tensor))
+    del _LAST[:-2]
     return tensor
 
 
@@ -158,9 +166,18 @@ def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
         _LAST.clear()
 
 
-def _worker_start() -> None:
-    # The parent handles Ctrl-C and stops the workers; they must not print tracebacks.
+def _worker_start(parent: int) -> None:
+    """Set up a worker: Ctrl-C is the parent's business, and the worker dies with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:  # PR_SET_PDEATHSIG: SIGKILL when the process that started this one ends
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if parent and os.getppid() != parent:
+        os._exit(1)  # the parent died before the line above took effect
 
 
 # -- the parent side ------------------------------------------------------------------------
@@ -170,11 +187,42 @@ class _Progress(Protocol):
     def update(self, done: int) -> None: ...
 
 
-class Runner:
-    """Runs tasks in ``jobs`` worker processes (or in this process for one job).
+class _Slot:
+    """One task's place in the output order: a worker's future, or a result made here."""
 
-    Use as a context manager; the pool starts on the first parallel ``run`` and is shut
-    down (its workers stopped) on exit.
+    __slots__ = ("error", "future", "result")
+
+    def __init__(
+        self, future: Future[Any] | None = None, result: Any = None, error: Any = None
+    ) -> None:
+        self.future = future
+        self.result = result
+        self.error = error
+
+    @classmethod
+    def inline(cls, function: Callable[[Any], Any], task: Any) -> _Slot:
+        try:
+            return cls(result=function(task))
+        except Exception as error:  # raised when its turn comes, after earlier tasks
+            return cls(error=error)
+
+    def busy(self) -> bool:
+        return self.future is not None and not self.future.done()
+
+    def ready(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def value(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result if self.future is None else self.future.result()
+
+
+class Runner:
+    """Runs tasks in ``jobs`` processes: this one and ``jobs - 1`` workers.
+
+    Use as a context manager; the workers start on the first parallel ``run`` and are
+    shut down (stopped at once after an error) on exit.
     """
 
     def __init__(self, jobs: int) -> None:
@@ -231,41 +279,77 @@ class Runner:
     ) -> Iterator[Any]:
         """``function(task)`` for each task, yielded in task order as they are ready.
 
-        At most ``window`` tasks (default four per worker) are submitted ahead of the
-        one being waited for, which bounds the results held in memory. When a task
-        fails, the tasks after it are cancelled and its exception is raised.
+        With ``jobs`` N > 1, N - 1 worker processes run tasks and this process runs
+        tasks too while they are busy (so no time is lost while the workers start). At
+        most ``window`` results (default four per job) are held ahead of the one being
+        waited for, which bounds memory. When a task fails, no further task starts, the
+        tasks before it finish, and the first failure in task order is raised.
         """
         if self.jobs == 1 or len(tasks) <= 1:
             for task in tasks:
                 yield function(task)
             return
         pool = self._start()
-        ahead = max(window if window is not None else 4 * self.jobs, 1)
-        pending: deque[Future[Any]] = deque()
-        upcoming = iter(tasks)
+        ahead = max(window if window is not None else 4 * self.jobs, 2)
+        feed = 2 * (self.jobs - 1)  # tasks kept queued for the workers
+        slots: deque[_Slot] = deque()
+        upcoming = 0
+        failed = False
         try:
-            for task in islice(upcoming, ahead):
-                pending.append(pool.submit(function, task))
-            while pending:
-                result = pending.popleft().result()
-                for task in islice(upcoming, 1):
-                    pending.append(pool.submit(function, task))
-                yield result
+            while slots or (upcoming < len(tasks) and not failed):
+                while (
+                    not failed
+                    and upcoming < len(tasks)
+                    and len(slots) < ahead
+                    and sum(1 for slot in slots if slot.busy()) < feed
+                ):
+                    slots.append(_Slot(future=pool.submit(function, tasks[upcoming])))
+                    upcoming += 1
+                if slots and slots[0].ready():
+                    yield slots.popleft().value()
+                elif not failed and upcoming < len(tasks) and len(slots) < ahead:
+                    slot = _Slot.inline(function, tasks[upcoming])
+                    failed = slot.error is not None
+                    slots.append(slot)
+                    upcoming += 1
+                else:
+                    yield slots.popleft().value()
         except BrokenProcessPool:
             raise OSError("a worker process died (out of memory or killed)") from None
         finally:
-            for future in pending:
-                future.cancel()
+            for slot in slots:
+                if slot.future is not None:
+                    slot.future.cancel()
+
+    def start(self) -> None:
+        """Start the workers now (before opening files they need not inherit)."""
+        if self.jobs > 1:
+            self._start().submit(int).result()  # the pool forks its workers on first use
 
     def _start(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            context: Any
-            if "forkserver" in multiprocessing.get_all_start_methods():
-                context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(["numpy", "strided"])
-            else:
-                context = multiprocessing.get_context("spawn")
+            context = _context()
+            # Forked workers are this process's children: they check it is still there.
+            parent = os.getpid() if context.get_start_method() == "fork" else 0
             self._pool = ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=context, initializer=_worker_start
+                max_workers=self.jobs - 1,
+                mp_context=context,
+                initializer=_worker_start,
+                initargs=(parent,),
             )
         return self._pool
+
+
+def _context() -> Any:
+    """How workers start: forked (fast: nothing to import again) on Linux while this
+    process runs a single thread, else from a fork server that has strided imported,
+    else spawned (macOS, Windows).
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["numpy", "strided"])
+        return context
+    return multiprocessing.get_context("spawn")
