@@ -448,3 +448,18 @@ def test_memory_stays_bounded_on_a_few_hundred_mib(tmp_path: Path) -> None:
     for run, (_, status, peak) in zip(runs, peaks, strict=True):
         assert int(status) == 0, (run, result.stderr)
         assert int(peak) < 64 << 20, (run, int(peak) >> 20)
+
+
+def test_names_safetensors_cannot_hold_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "odd.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("__metadata__", np.ones(4, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    status, out = cli(capsys, "convert", str(path), str(tmp_path / "o.safetensors"))
+    assert status == 1 and "__metadata__" in out and out.count("\n") == 1
+    assert sorted(os.listdir(tmp_path)) == ["odd.gguf"]

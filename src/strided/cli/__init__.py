@@ -106,22 +106,28 @@ def _silence_stdout() -> None:
         pass
 
 
-def _parser() -> argparse.ArgumentParser:
-    from ._convert import run_convert
-    from ._diff import run_diff
-    from ._hash import run_hash
-    from ._inspect import run_inspect
-    from ._verify import run_verify
+_FORMATS = "safetensors (file, shard folder or index), GGUF, .npy, .npz, PyTorch or .json"
+_Commands = Any  # argparse's sub-parser action (a private class)
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="strided",
         description="Inspect, verify, hash, diff and convert checkpoints of every format.",
     )
     commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
-    formats = "safetensors (file, shard folder or index), GGUF, .npy, .npz, PyTorch or .json"
+    _add_inspect(commands)
+    _add_verify_and_hash(commands)
+    _add_diff(commands)
+    _add_convert(commands)
+    return parser
+
+
+def _add_inspect(commands: _Commands) -> None:
+    from ._inspect import run_inspect
 
     inspect = commands.add_parser("inspect", help="list the tensors of a checkpoint, with samples")
-    inspect.add_argument("path", help=formats)
+    inspect.add_argument("path", help=_FORMATS)
     inspect.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     inspect.add_argument("--samples", type=_samples, default=1024, help="samples per tensor")
     inspect.add_argument("--strategy", choices=("head", "spread"), default="head")
@@ -140,10 +146,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_jobs(inspect)
     inspect.set_defaults(run=run_inspect)
 
+
+def _add_verify_and_hash(commands: _Commands) -> None:
+    from ._hash import run_hash
+    from ._verify import run_verify
+
     verify = commands.add_parser(
         "verify", help="validate a checkpoint, scan every element, check a manifest"
     )
-    verify.add_argument("path", help=formats)
+    verify.add_argument("path", help=_FORMATS)
     verify.add_argument(
         "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
     )
@@ -151,14 +162,18 @@ def _parser() -> argparse.ArgumentParser:
     verify.set_defaults(run=run_verify)
 
     hashing = commands.add_parser("hash", help="content digests of every tensor and the whole")
-    hashing.add_argument("path", help=formats)
+    hashing.add_argument("path", help=_FORMATS)
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(hashing)
     hashing.set_defaults(run=run_hash)
 
+
+def _add_diff(commands: _Commands) -> None:
+    from ._diff import run_diff
+
     diff = commands.add_parser("diff", help="compare two checkpoints tensor by tensor, exactly")
-    diff.add_argument("path", metavar="A", help=formats)
-    diff.add_argument("other", metavar="B", help=formats)
+    diff.add_argument("path", metavar="A", help=_FORMATS)
+    diff.add_argument("other", metavar="B", help=_FORMATS)
     diff.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance")
     diff.add_argument("--rtol", type=_tolerance, default=0.0, help="relative tolerance (of B)")
     diff.add_argument(
@@ -169,10 +184,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_jobs(diff)
     diff.set_defaults(run=run_diff)
 
+
+def _add_convert(commands: _Commands) -> None:
+    from ._convert import run_convert
+
     convert = commands.add_parser(
         "convert", help="convert a checkpoint to safetensors (file or shards), .npy or .json"
     )
-    convert.add_argument("path", metavar="SRC", help=formats)
+    convert.add_argument("path", metavar="SRC", help=_FORMATS)
     convert.add_argument(
         "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (--max-shard-size)"
     )
@@ -192,12 +211,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_jobs(convert)
     convert.set_defaults(run=run_convert)
-    return parser
 
 
 def _add_jobs(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--jobs", type=_jobs, default=1, metavar="N", help="worker processes (default 1)"
+        "--jobs", type=_jobs, default=1, metavar="N", help="processes to use (default 1)"
     )
 
 

@@ -114,7 +114,11 @@ class Layout(NamedTuple):
 
 
 def layout(tensors: Sequence[Planned], metadata: Mapping[str, str] | None) -> Layout:
-    """The safetensors layout ``save_safetensors`` would write for these tensors."""
+    """The safetensors layout ``save_safetensors`` would write for these tensors.
+
+    FormatError for a name safetensors cannot hold (empty, ``__metadata__``) or text
+    that is not valid Unicode; LimitError for a header beyond the format's cap.
+    """
     ordered = sorted(tensors, key=lambda item: (-REFERENCE_ORDER[item.dtype], item.name))
     header: dict[str, Any] = {}
     if metadata:
@@ -129,7 +133,15 @@ def layout(tensors: Sequence[Planned], metadata: Mapping[str, str] | None) -> La
         }
         relative[item.name] = position
         position += item.byte_len
-    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    for item in ordered:
+        if not item.name or item.name == "__metadata__":
+            raise FormatError(f"a safetensors file cannot hold a tensor named {item.name!r}")
+    try:
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(
+            "a tensor name or metadata text is not valid Unicode (a lone surrogate)"
+        ) from None
     text += b" " * (-len(text) % 8)
     if len(text) > MAX_HEADER_BYTES:
         raise LimitError(f"a safetensors header of {len(text)} bytes exceeds {MAX_HEADER_BYTES}")
