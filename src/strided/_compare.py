@@ -108,27 +108,33 @@ def compare(
             return _compare_big_ints(a.tolist(), b.tolist(), tolerance, offset)
         wide_a, wide_b = exact_a, exact_b
     with np.errstate(all="ignore"):
-        nan_a, nan_b = np.isnan(wide_a), np.isnan(wide_b)
-        equal = (wide_a == wide_b) | (nan_a & nan_b)
-        match = equal.copy()
+        distance = np.abs(wide_a - wide_b)
+        real: Any = None  # pairs without NaN: None when that is every pair
+        odd = np.isnan(distance)  # a NaN on either side, or two infinities of one sign
+        if odd.any():
+            nan_a, nan_b = np.isnan(wide_a), np.isnan(wide_b)
+            real = ~(nan_a | nan_b)
+            distance[odd & real] = 0.0
+            match = (distance == 0) & real | (nan_a & nan_b)
+        else:
+            match = distance == 0  # a - b is never 0 for two different floats
         if tolerance.atol or tolerance.rtol:
-            _update(match, ~equal & np.isfinite(wide_a) & np.isfinite(wide_b), wide_a, wide_b,
+            _update(match, ~match & np.isfinite(wide_a) & np.isfinite(wide_b), wide_a, wide_b,
                     lambda x, y: _within(x, y, tolerance.atol, tolerance.rtol))  # fmt: skip
         if tolerance.ulp is not None and a_dtype.is_float:
             narrow = min(a_dtype, b_dtype, key=PRECISION.__getitem__)
-            _update(match, ~match & ~nan_a & ~nan_b, wide_a, wide_b,
+            unmatched = ~match if real is None else ~match & real
+            _update(match, unmatched, wide_a, wide_b,
                     lambda x, y: _ulps(round_to_float(x, narrow), round_to_float(y, narrow))
                     <= tolerance.ulp)  # fmt: skip
-        real = ~(nan_a | nan_b)
-        distance = np.abs(wide_a - wide_b)
-        distance[equal] = 0.0
     tally = Tally(identical=False)
-    if real.any():
-        tally.max_abs = float(distance[real].max())
-        if same_dtype and a_dtype.is_float:
-            tally.max_ulp = int(_ulps(a[real], b[real]).max())
-    elif same_dtype and a_dtype.is_float:
-        tally.max_ulp = 0
+    ulps = same_dtype and a_dtype.is_float
+    if real is None:
+        tally.max_abs = float(distance.max()) if distance.size else 0.0
+        tally.max_ulp = _max_ulp(a, b) if ulps else None
+    else:
+        tally.max_abs = float(distance[real].max()) if real.any() else 0.0
+        tally.max_ulp = _max_ulp(a[real], b[real]) if ulps else None
     tally.count = int(match.size - np.count_nonzero(match))
     if tally.count:
         index = int(np.argmax(~match))
@@ -177,20 +183,41 @@ def _compare_big_ints(a: list[int], b: list[int], tolerance: Tolerance, offset: 
     return tally
 
 
-def _ulps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Distances in representable values between float arrays of one dtype (uint64).
+def _ordinals(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Floats of at most 32 bits as int64 ranks in value order (both zeros rank 0).
 
-    Both zeros are one point; an F8_E4M3 NaN made by rounding past the range sits one
-    step beyond the largest finite value, where an infinity would be.
+    An F8_E4M3 NaN made by rounding past the range ranks one step beyond the largest
+    finite value, where an infinity would be.
     """
-    kind = _UINT[a.dtype.itemsize]
-    sign = np.uint64(1) << np.uint64(8 * a.dtype.itemsize - 1)
-    bits_a = a.view(kind).astype(np.uint64)
-    bits_b = b.view(kind).astype(np.uint64)
+    bits: np.ndarray[Any, Any] = values.view(_UINT[values.dtype.itemsize]).astype(np.int64)
+    width = 8 * values.dtype.itemsize - 1
+    sign = bits >> width
+    magnitude = bits & ((1 << width) - 1)
+    ranks: np.ndarray[Any, Any] = (magnitude ^ -sign) + sign  # negated where the sign is set
+    return ranks
+
+
+def _ulps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Distances in representable values between float arrays of one dtype."""
+    if a.dtype.itemsize <= 4:
+        steps: np.ndarray[Any, Any] = np.abs(_ordinals(a) - _ordinals(b))
+        return steps
+    # F64: ranks span 2**64, so distances are formed from magnitudes in uint64.
+    sign = np.uint64(1 << 63)
+    bits_a, bits_b = a.view(np.uint64), b.view(np.uint64)
     mag_a, mag_b = bits_a & ~sign, bits_b & ~sign
     same_sign = (bits_a & sign) == (bits_b & sign)
     apart = np.where(mag_a > mag_b, mag_a - mag_b, mag_b - mag_a)
     return np.where(same_sign, apart, mag_a + mag_b)
+
+
+def _max_ulp(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
+    if a.size == 0:
+        return 0
+    if a.dtype.itemsize <= 4:
+        steps = _ordinals(a) - _ordinals(b)
+        return max(int(steps.max()), -int(steps.min()))
+    return int(_ulps(a, b).max())
 
 
 def _within(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], atol: float, rtol: float) -> Any:
