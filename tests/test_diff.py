@@ -348,3 +348,20 @@ def test_table_names_every_status(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert lines[0] == f"A: {a}" and lines[1] == f"B: {b}"
     assert any(line.startswith("only in A") and "gone" in line for line in lines)
     assert lines[-1] == "3 tensors: 1 identical, 1 differs, 1 only in A: the checkpoints differ"
+
+
+@pytest.mark.parametrize("dtype", [st.DType.F64, st.DType.F32, st.DType.F16, st.DType.F8_E4M3])
+def test_max_ulp_counts_representable_values(dtype: st.DType) -> None:
+    kind = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[dtype.itemsize]
+    one = np.array([1.0], np.float64).astype(dtype.numpy)
+    one_bits = int(one.view(kind)[0])
+    pairs = [
+        (one_bits, one_bits + 1, 1),  # neighbours
+        (one_bits | 1 << (8 * dtype.itemsize - 1), one_bits, 2 * one_bits),  # -1 and 1
+        (1 << (8 * dtype.itemsize - 1), 0, 0),  # -0.0 and 0.0
+    ]
+    for x, y, steps in pairs:
+        a = np.array([x], kind).view(dtype.numpy)
+        b = np.array([y], kind).view(dtype.numpy)
+        tally = compare(a, dtype, b, dtype, Tolerance(), 0, True)
+        assert tally.max_ulp == steps, (x, y)
