@@ -12,8 +12,8 @@ their exponent into bins narrow enough that any 2**20 values of one bin sum exac
 float64 (the bin's values span ``32 - mantissa bits`` exponents: with the significand
 and the count, at most 53 bits), so NumPy's ``bincount`` adds each bin exactly and the
 bins are combined as integers. F64 values, whose significands already fill float64,
-are split into integer significands shifted within 10-exponent bins and summed in two
-31-bit halves the same way.
+are first split exactly into two halves of at most 27 significant bits (Veltkamp's
+split), which are binned the same way.
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ _STEP = 1 << 20  # elements per exact-sum step: 2**20 terms below 2**31 sum exac
 
 
 class _Format:
-    """Bit layout of a float dtype: widths, the sum unit and the bin width."""
+    """Bit layout of a float dtype: widths, the sum unit and the exponent bins."""
 
-    __slots__ = (
-        "bins", "ebits", "mbits", "nbits", "table", "uint", "unit_bits", "width",
-    )  # fmt: skip
+    __slots__ = ("bins", "ebits", "mbits", "nbits", "table", "uint", "unit_bits")
 
     def __init__(self, nbits: int, ebits: int, mbits: int) -> None:
         self.nbits = nbits
@@ -48,8 +46,6 @@ class _Format:
         self.uint = np.dtype(f"<u{nbits // 8}")
         bias = (1 << (ebits - 1)) - 1
         self.unit_bits = bias + mbits - 1  # values are integers in units of 2**-unit_bits
-        # F64: shifted significands stay below 2**62 and are summed in two halves.
-        self.width = 10
         # Narrower floats: exponents in bins this wide sum 2**20 values exactly in F64
         # (a bin's values span width + mbits + 1 bits; 20 more for the count). F32 bins
         # are eight exponents wide (a shift finds them), the others come from a table.
@@ -179,22 +175,56 @@ def _bins(values: np.ndarray[Any, Any], fmt: _Format) -> np.ndarray[Any, Any]:
 
 
 def _f64_totals(values: np.ndarray[Any, Any]) -> Totals:
-    fmt = _FORMATS[DType.F64]
-    bits = values.view(np.uint64)
-    magnitude = bits & np.uint64((1 << 63) - 1)
-    negative = values < 0
     result = Totals(count=int(values.size))
-    special = magnitude >= np.uint64(0x7FF << 52)
-    if np.any(special):
-        nan = magnitude > np.uint64(0x7FF << 52)
-        _count_special(result, nan, special & ~nan, ~negative)
-        magnitude, negative = magnitude[~special], negative[~special]
-    result.zeros = int(np.count_nonzero(magnitude == 0))
-    result.total = _exact_sum(magnitude, negative, fmt)
+    finite = values
+    if not np.isfinite(values).all():
+        nan, inf = np.isnan(values), np.isinf(values)
+        _count_special(result, nan, inf, values > 0)
+        finite = values[~(nan | inf)]
+    result.zeros = int(np.count_nonzero(finite == 0))
+    magnitude = np.abs(finite)
+    # Veltkamp's split is exact away from the ends of the range; the rare values out
+    # there are summed from their bits instead.
+    usual = (magnitude < _SPLIT_HIGH) & ((magnitude >= _SPLIT_LOW) | (magnitude == 0))
+    if usual.all():
+        result.total = _split_sum(finite)
+    else:
+        result.total = _split_sum(finite[usual])
+        rest = finite[~usual]
+        result.total += _exact_sum(rest.view(np.uint64) & np.uint64((1 << 63) - 1), rest < 0)
     real = values[~np.isnan(values)] if result.nan else values
     if real.size:
         result.low, result.high = _extremes(real, result.zeros > 0)
     return result
+
+
+_SPLIT_HIGH = 2.0**995  # (2**27 + 1) * x cannot overflow below this
+_SPLIT_LOW = 2.0**-900  # halves of values above this are normal floats
+_SPLIT = 134217729.0  # 2**27 + 1
+_F64_SPAN = 6  # exponents per bin: 6 + 27 significant bits + 20 for the count <= 53
+# Bin of each biased F64 exponent.
+_F64_BINS = (np.arange(2048) // _F64_SPAN).astype(np.intp)
+
+
+def _split_sum(values: np.ndarray[Any, Any]) -> int:
+    """The exact sum of finite F64 values (within the split's range), in units of 2**-1074.
+
+    Each value is split into two halves of at most 27 significant bits, which are
+    summed exactly by exponent bins like the narrower floats.
+    """
+    if values.size == 0:
+        return 0
+    scaled = values * _SPLIT
+    high = scaled - (scaled - values)
+    low = values - high
+    total = 0
+    for half in (high, low):
+        exponent = (half.view(np.uint64) >> np.uint64(52)).astype(np.intp) & 0x7FF
+        sums = np.bincount(np.take(_F64_BINS, exponent), weights=half)
+        for value in sums[sums != 0].tolist():
+            numerator, denominator = value.as_integer_ratio()
+            total += numerator * ((1 << 1074) // denominator)
+    return total
 
 
 def _extremes(real: np.ndarray[Any, Any], zeros: bool) -> tuple[float, float]:
@@ -208,23 +238,24 @@ def _extremes(real: np.ndarray[Any, Any], zeros: bool) -> tuple[float, float]:
     return low, high
 
 
-def _exact_sum(
-    magnitude: np.ndarray[Any, Any], negative: np.ndarray[Any, Any], fmt: _Format
-) -> int:
-    """The exact sum of finite values given by their magnitude bits and signs, in units."""
+def _exact_sum(magnitude: np.ndarray[Any, Any], negative: np.ndarray[Any, Any]) -> int:
+    """The exact sum of finite F64 values given by magnitude bits and signs, in units.
+
+    Integer significands shifted within 10-exponent bins (below 2**62), summed in two
+    31-bit halves: slower than the split, but exact across the whole range.
+    """
     if magnitude.size == 0:
         return 0
+    width = 10
     wide = magnitude.astype(np.int64)
-    exponent = wide >> fmt.mbits
-    significand = (wide & ((1 << fmt.mbits) - 1)) | ((exponent != 0).astype(np.int64) << fmt.mbits)
+    exponent = wide >> 52
+    significand = (wide & ((1 << 52) - 1)) | ((exponent != 0).astype(np.int64) << 52)
     position = np.maximum(exponent, 1) - 1  # value = significand * 2**position units
-    bins = position // fmt.width
-    shifted = significand << (position % fmt.width)
+    bins = position // width
+    shifted = significand << (position % width)
     length = int(bins.max()) + 1
-    if fmt.mbits < 31:
-        return _bin_total(shifted, negative, bins, length, fmt.width)
-    low = _bin_total(shifted & ((1 << 31) - 1), negative, bins, length, fmt.width)
-    high = _bin_total(shifted >> 31, negative, bins, length, fmt.width)
+    low = _bin_total(shifted & ((1 << 31) - 1), negative, bins, length, width)
+    high = _bin_total(shifted >> 31, negative, bins, length, width)
     return (high << 31) + low
 
 

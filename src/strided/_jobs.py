@@ -16,6 +16,7 @@ order (later tasks are cancelled), so errors too are the same for any number of 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -25,7 +26,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -148,7 +148,7 @@ def loaded(path: str, name: str) -> Tensor:
     return tensor
 
 
-@contextmanager
+@contextlib.contextmanager
 def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
     """Let tasks run in this process use checkpoints already open here (by ``where`` path)."""
     added = []
@@ -328,6 +328,9 @@ class Runner:
 
     def _start(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            for stream in (sys.stdout, sys.stderr):  # a forked worker flushes its copies
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.flush()
             context = _context()
             # Forked workers are this process's children: they check it is still there.
             parent = os.getpid() if context.get_start_method() == "fork" else 0
