@@ -5,6 +5,7 @@ under SIGKILL, and measured memory on a few hundred MiB."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import struct
@@ -24,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
+from strided._exact_stats import summary, totals
 from strided._jobs import plan
 from strided._pieces import pieces
 from strided.cli import main
@@ -131,6 +133,44 @@ def test_exact_statistics_for_every_dtype(
         assert row["mean"] == float(exact), name
         assert row["min"] == _text(array.min(), array.dtype) and row["nan"] == 0, name
         assert row["max"] == _text(array.max(), array.dtype), name
+
+
+FLOATS = [st.DType.F64, st.DType.F32, st.DType.F16, st.DType.BF16, st.DType.F8_E4M3,
+          st.DType.F8_E5M2]  # fmt: skip
+UINTS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=hs.sampled_from(FLOATS), data=hs.data())
+def test_exact_totals_of_any_bits_merged_anyhow(dtype: st.DType, data: hs.DataObject) -> None:
+    width = 8 * dtype.itemsize
+    bits = data.draw(hs.lists(hs.integers(0, 2**width - 1), min_size=1, max_size=300))
+    cut = data.draw(hs.integers(0, len(bits)))
+    values = np.array(bits, UINTS[dtype.itemsize]).view(dtype.numpy)
+    left, right = totals([values[:cut]], dtype), totals([values[cut:]], dtype, cut)
+    found = summary(left.merge(right), dtype)
+    with np.errstate(all="ignore"):
+        wide = values.astype(np.float64)
+    nan, inf = np.isnan(wide), np.isinf(wide)
+    real = wide[~nan]
+    assert found["nan"] == int(nan.sum()) and found["inf"] == int(inf.sum())
+    first = np.flatnonzero(nan | inf)
+    assert found["first_nonfinite"] == (int(first[0]) if first.size else None)
+    assert found["zeros"] == int((wide == 0).sum())
+    if real.size == 0:
+        assert found["mean"] is None and found["min"] is None
+        return
+    if np.isinf(real).any():
+        signs = set(np.sign(real[np.isinf(real)]).tolist())
+        assert (
+            math.isnan(found["mean"])
+            if len(signs) == 2
+            else found["mean"] == signs.pop() * math.inf
+        )
+    else:
+        assert found["mean"] == float(sum(map(Fraction, real.tolist())) / real.size)
+    assert st.Scalar.parse(dtype, found["min"]).value == real.min()
+    assert st.Scalar.parse(dtype, found["max"]).value == real.max()
 
 
 def _text(value: Any, dtype: np.dtype) -> str:
