@@ -277,6 +277,9 @@ def test_verify_checks_a_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert status == 0, out
         assert out.splitlines()[-1].endswith("clean, digests match")
     _, manifest = cli(capsys, "hash", str(path))
+    (tmp_path / "manifest").write_bytes(manifest.replace("\n", "\r\n").encode())
+    status, out = cli(capsys, "verify", str(path), "--manifest", str(tmp_path / "manifest"))
+    assert status == 0, out  # CRLF line ends (a manifest edited on Windows) read the same
     changed = dict(arrays, a=np.array([0, 1, 2, 4], np.float32), d=np.ones(1, np.uint8))
     del changed["c"]
     st.save_safetensors(path, tensors(changed))

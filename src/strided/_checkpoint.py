@@ -66,8 +66,8 @@ class Checkpoint(Mapping[str, Tensor]):
     missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
-    ``info(name)``, ``inspect(name, options)``; ``close()`` or ``with`` releases the
-    reader (tensors already loaded stay valid).
+    ``info(name)``, ``inspect(name, options)``, ``digest()``; ``close()`` or ``with``
+    releases the reader (tensors already loaded stay valid).
     """
 
     __slots__ = ("_format", "_infos", "_metadata", "_path", "_reader")

@@ -91,7 +91,8 @@ def read_manifest(path: str) -> Manifest:
 
 
 def _from_text(text: str, path: str) -> Manifest:
-    lines = text.split("\n")
+    # A raw carriage return is never part of a name (it would be escaped): CRLF is fine.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
     if not lines:
