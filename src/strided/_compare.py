@@ -14,26 +14,28 @@ significand bits, are at most that many representable values apart.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ._convert import cast, round_to_float
 from ._dtype import DType
 from ._scalar import Scalar
 
-__all__ = ["PRECISION", "Tally", "Tolerance", "compare"]
+__all__ = ["Tally", "Tolerance", "compare", "precision"]
 
-PRECISION = {
-    DType.F64: 53,
-    DType.F32: 24,
-    DType.F16: 11,
-    DType.BF16: 8,
-    DType.F8_E4M3: 4,
-    DType.F8_E5M2: 3,
-}
+
+@functools.cache
+def precision(dtype: DType) -> int:
+    """Significand bits of a float dtype, the implicit bit included (F32: 24)."""
+    info: Any = ml_dtypes.finfo  # untyped; it knows NumPy's floats and ml_dtypes' alike
+    return int(info(dtype.numpy).nmant) + 1
+
+
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _MARGIN = 2.0**-50  # eight units of roundoff: covers the filter's own rounding
 _TINY = 2.0**-1069  # covers underflow in the filter
@@ -122,19 +124,20 @@ def compare(
             _update(match, ~match & np.isfinite(wide_a) & np.isfinite(wide_b), wide_a, wide_b,
                     lambda x, y: _within(x, y, tolerance.atol, tolerance.rtol))  # fmt: skip
         if tolerance.ulp is not None and a_dtype.is_float:
-            narrow = min(a_dtype, b_dtype, key=PRECISION.__getitem__)
+            narrow = min(a_dtype, b_dtype, key=precision)
             unmatched = ~match if real is None else ~match & real
             _update(match, unmatched, wide_a, wide_b,
-                    lambda x, y: _ulps(round_to_float(x, narrow), round_to_float(y, narrow))
+                    lambda x, y: _ulps(round_to_float(x, narrow), round_to_float(y, narrow),
+                                       narrow.is_signed)
                     <= tolerance.ulp)  # fmt: skip
     tally = Tally(identical=False)
     ulps = same_dtype and a_dtype.is_float
     if real is None:
         tally.max_abs = float(distance.max()) if distance.size else 0.0
-        tally.max_ulp = _max_ulp(a, b) if ulps else None
+        tally.max_ulp = _max_ulp(a, b, a_dtype.is_signed) if ulps else None
     else:
         tally.max_abs = float(distance[real].max()) if real.any() else 0.0
-        tally.max_ulp = _max_ulp(a[real], b[real]) if ulps else None
+        tally.max_ulp = _max_ulp(a[real], b[real], a_dtype.is_signed) if ulps else None
     tally.count = int(match.size - np.count_nonzero(match))
     if tally.count:
         index = int(np.argmax(~match))
@@ -183,13 +186,16 @@ def _compare_big_ints(a: list[int], b: list[int], tolerance: Tolerance, offset: 
     return tally
 
 
-def _ordinals(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def _ordinals(values: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
     """Floats of at most 32 bits as int64 ranks in value order (both zeros rank 0).
 
     An F8_E4M3 NaN made by rounding past the range ranks one step beyond the largest
-    finite value, where an infinity would be.
+    finite value, where an infinity would be. Formats without a sign bit rank as
+    their bits.
     """
     bits: np.ndarray[Any, Any] = values.view(_UINT[values.dtype.itemsize]).astype(np.int64)
+    if not signed:
+        return bits
     width = 8 * values.dtype.itemsize - 1
     sign = bits >> width
     magnitude = bits & ((1 << width) - 1)
@@ -197,10 +203,10 @@ def _ordinals(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return ranks
 
 
-def _ulps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def _ulps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], signed: bool) -> np.ndarray[Any, Any]:
     """Distances in representable values between float arrays of one dtype."""
     if a.dtype.itemsize <= 4:
-        steps: np.ndarray[Any, Any] = np.abs(_ordinals(a) - _ordinals(b))
+        steps: np.ndarray[Any, Any] = np.abs(_ordinals(a, signed) - _ordinals(b, signed))
         return steps
     # F64: ranks span 2**64, so distances are formed from magnitudes in uint64.
     sign = np.uint64(1 << 63)
@@ -211,13 +217,13 @@ def _ulps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, A
     return np.where(same_sign, apart, mag_a + mag_b)
 
 
-def _max_ulp(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
+def _max_ulp(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], signed: bool) -> int:
     if a.size == 0:
         return 0
     if a.dtype.itemsize <= 4:
-        steps = _ordinals(a) - _ordinals(b)
+        steps = _ordinals(a, signed) - _ordinals(b, signed)
         return max(int(steps.max()), -int(steps.min()))
-    return int(_ulps(a, b).max())
+    return int(_ulps(a, b, signed).max())
 
 
 def _within(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], atol: float, rtol: float) -> Any:

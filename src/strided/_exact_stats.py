@@ -135,8 +135,9 @@ def totals(pieces: Iterable[np.ndarray[Any, Any]], dtype: DType, offset: int = 0
 
 
 def _float_totals(values: np.ndarray[Any, Any], dtype: DType) -> Totals:
-    if dtype is DType.F64:
-        return _f64_totals(values)
+    if dtype not in _FORMATS or dtype is DType.F64:
+        # A float dtype without a table here is summed through its exact F64 values.
+        return _f64_totals(cast(values, np.float64))
     fmt = _FORMATS[dtype]
     wide = cast(widen(values, dtype), np.float64)
     bins = _bins(values, fmt)
@@ -308,7 +309,7 @@ def summary(found: Totals, dtype: DType) -> dict[str, Any]:
     elif values == 0:
         mean = None
     else:
-        shift = _FORMATS[dtype].unit_bits if dtype.is_float else 0
+        shift = _FORMATS.get(dtype, _FORMATS[DType.F64]).unit_bits if dtype.is_float else 0
         mean = found.total / (values << shift)  # int / int: correctly rounded
     return {
         "min": None if found.low is None else str(Scalar._trusted(dtype, found.low)),
