@@ -299,3 +299,56 @@ def test_messages_name_the_file_once(tmp_path: Path, checkpoint: Path) -> None:
     truncated.write_bytes(checkpoint.read_bytes()[:20])
     line = run("inspect", str(truncated)).stderr.strip()
     assert line.count(str(truncated)) == 1, line
+
+
+def test_job_commands_usage_errors_exit_2(checkpoint: Path) -> None:
+    for args in (
+        ["hash"],
+        ["diff", str(checkpoint)],
+        ["hash", str(checkpoint), "--jobs", "0"],
+        ["verify", str(checkpoint), "--jobs", "many"],
+        ["convert", str(checkpoint), "x.npy", "--max-shard-size", "5GB"],
+        ["convert", str(checkpoint), "out", "--max-shard-size", "lots"],
+    ):
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_job_commands_run_as_a_module(checkpoint: Path, tmp_path: Path) -> None:
+    hashed = run("hash", str(checkpoint), module=True)
+    assert hashed.returncode == 0, hashed.stderr
+    lines = hashed.stdout.splitlines()
+    assert len(lines) == 9 and lines[-1].endswith(f"  {checkpoint}")
+    assert lines[-1].split()[0] == st.open_checkpoint(checkpoint).digest()
+    manifest = tmp_path / "manifest.txt"
+    manifest.write_text(hashed.stdout)
+    result = run("verify", str(checkpoint), "--manifest", str(manifest), "--jobs", "2")
+    assert result.returncode == 1  # the NaN in model.norm.weight
+    assert "model.norm.weight: 1 NaN, 0 inf, first at [1]" in result.stdout
+    assert "digest" not in result.stdout.splitlines()[-1]
+    same = run("diff", str(checkpoint), str(checkpoint), module=True)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1].endswith("match")
+
+
+def test_failures_are_the_same_for_any_jobs(tmp_path: Path) -> None:
+    """Two bad tensors in separate tasks: every --jobs reports the first one in order."""
+    size = 17 << 20  # each tensor is a task of its own (or several)
+    entries = {
+        f"m{i}": {"dtype": "BOOL", "shape": [size], "data_offsets": [size * i, size * (i + 1)]}
+        for i in range(4)
+    }
+    header = json.dumps(entries).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "bad.safetensors"
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(header)) + header)
+        handle.truncate(8 + len(header) + 4 * size)
+        for offset in (2 * size - 1, 3 * size):  # the last byte of m1, the first of m3
+            handle.seek(8 + len(header) + offset)
+            handle.write(b"\x07")
+    for command in ("hash", "verify"):
+        errors = {run(command, str(path), "--jobs", jobs).stderr for jobs in ("1", "2")}
+        assert len(errors) == 1, errors
+        (error,) = errors
+        assert error.count("\n") == 1 and "'m1'" in error and "'m3'" not in error

@@ -24,13 +24,13 @@ from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
 from ._dtype import DType
-from ._errors import FormatError
+from ._errors import DTypeError, FormatError
 from ._inspect import TensorInspection, TensorInspectionOptions
 from ._memory import guard_function, guard_methods
 from ._shape import Shape
 from ._tensor import Tensor
 
-__all__ = ["Checkpoint", "TensorInfo", "open_checkpoint"]
+__all__ = ["Checkpoint", "TensorInfo", "has_dtype", "open_checkpoint"]
 
 FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
 _DTYPES = {dtype.name: dtype for dtype in DType}
@@ -68,8 +68,8 @@ class Checkpoint(Mapping[str, Tensor]):
     missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
-    ``info(name)``, ``inspect(name, options)``; ``close()`` or ``with`` releases the
-    reader (tensors already loaded stay valid).
+    ``info(name)``, ``inspect(name, options)``, ``digest()``; ``close()`` or ``with``
+    releases the reader (tensors already loaded stay valid).
     """
 
     __slots__ = ("_float32_keys", "_format", "_infos", "_metadata", "_path", "_reader")
@@ -145,6 +145,35 @@ class Checkpoint(Mapping[str, Tensor]):
         tensor = self[name]
         return tensor.inspect() if options is None else tensor.inspect(options)
 
+    def digest(self) -> str:
+        """The checkpoint's content digest: 64 lowercase hex digits.
+
+        SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n`` for every tensor, names sorted
+        by their UTF-8 bytes (``\\``, newline and tab in a name written ``\\\\``,
+        ``\\n``, ``\\t``), where each tensor's digest is ``Tensor.digest()`` (a tensor
+        of a stored type strided cannot decode, such as a quantized GGUF tensor, hashes
+        its stored bytes under that type's name). Independent of the file format,
+        shard split, tensor order and metadata. Reads every tensor once.
+        """
+        from ._digest import checkpoint_digest
+
+        return checkpoint_digest(self)
+
+    def _stored(self, name: str) -> Any:
+        """Private: the stored bytes of tensor ``name`` as a flat read-only uint8 array.
+
+        For safetensors and GGUF files (the formats with stored types strided cannot
+        decode); DTypeError for the others.
+        """
+        self.info(name)
+        reader = self._open_reader()
+        if isinstance(reader, _GGUFReader):
+            return reader.handle.raw(name).numpy()
+        if self._format == "safetensors":
+            shard, entry = reader._lookup(name)  # type: ignore[attr-defined]
+            return shard.raw[entry.begin : entry.end]
+        raise DTypeError(f"{self._path}: {self._format} tensors have no separate stored bytes")
+
     def readable(self, name: str) -> bool:
         """Whether ``ckpt[name]`` can decode the tensor's stored type."""
         dtype = self.info(name).dtype
@@ -193,6 +222,11 @@ def _f32(value: float) -> float:
     from ._scalar import Scalar
 
     return float(str(Scalar(DType.F32, value)))
+
+
+def has_dtype(type_name: str) -> bool:
+    """Whether a stored type name (``TensorInfo.dtype``) is a strided DType's name."""
+    return type_name in _DTYPES
 
 
 def _copied(value: Any) -> Any:

@@ -319,6 +319,15 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """The logical elements as packed little-endian bytes, row-major."""
         return self._array.tobytes(order="C")
 
+    def digest(self) -> str:
+        """SHA-256 hex of ``{"dtype":"F32","shape":[2,3]}`` and the logical row-major bytes.
+
+        Hashes contiguous memory in place and strided views a bounded piece at a time.
+        """
+        from ._digest import tensor_digest
+
+        return tensor_digest(self)
+
     def numpy(self) -> np.ndarray:
         """A fresh read-only NumPy view of the tensor (zero-copy).
 

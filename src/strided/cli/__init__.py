@@ -1,7 +1,8 @@
-"""The ``strided`` command line: inspect, verify and convert checkpoints of every format.
+"""The ``strided`` command line: inspect, verify, hash, diff and convert checkpoints.
 
 Exit status: 0 on success, 1 on bad input (one line on stderr naming the file and the
-problem, never a traceback), 2 on bad usage. Everything printed that comes from a file
+problem, never a traceback), 2 on bad usage; ``diff`` exits 0 when the checkpoints
+match, 1 when they differ and 2 on trouble. Everything printed that comes from a file
 (names, metadata, messages) is escaped, so a file cannot drive the terminal.
 """
 
@@ -15,13 +16,14 @@ from typing import Any, TextIO
 
 from .._dtype import DType
 from .._errors import DataError
+from .._jobs import JobError
 from .._limits import MAX_INSPECTION_SAMPLES
-from ._text import one_line, with_path
+from ._text import job_error, one_line, with_path
 from ._verify import CommandFailure
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, convert"
+_COMMANDS = "inspect, verify, hash, diff, convert"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except CommandFailure as failure:
         print(f"strided: {failure}", file=sys.stderr)
+        return failure.status
+    except JobError as error:
+        print(f"strided: {job_error(error)}", file=sys.stderr)
         return 1
     except (DataError, OSError, UnicodeError) as error:
         print(f"strided: {with_path(args.path, error)}", file=sys.stderr)
@@ -101,22 +106,34 @@ def _silence_stdout() -> None:
         pass
 
 
-def _parser() -> argparse.ArgumentParser:
-    from ._convert import run_convert
-    from ._inspect import run_inspect
-    from ._verify import run_verify
+_FORMATS = "safetensors (file, shard folder or index), GGUF, .npy, .npz, PyTorch or .json"
+_Commands = Any  # argparse's sub-parser action (a private class)
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="strided", description="Inspect, verify and convert checkpoints of every format."
+        prog="strided",
+        description="Inspect, verify, hash, diff and convert checkpoints of every format.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,convert}")
-    formats = "safetensors (file, shard folder or index), GGUF, .npy, .npz, PyTorch or .json"
+    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
+    _add_inspect(commands)
+    _add_verify_and_hash(commands)
+    _add_diff(commands)
+    _add_convert(commands)
+    return parser
+
+
+def _add_inspect(commands: _Commands) -> None:
+    from ._inspect import run_inspect
 
     inspect = commands.add_parser("inspect", help="list the tensors of a checkpoint, with samples")
-    inspect.add_argument("path", help=formats)
+    inspect.add_argument("path", help=_FORMATS)
     inspect.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     inspect.add_argument("--samples", type=_samples, default=1024, help="samples per tensor")
     inspect.add_argument("--strategy", choices=("head", "spread"), default="head")
+    inspect.add_argument(
+        "--full", action="store_true", help="exact statistics over every element (reads all)"
+    )
     inspect.add_argument(
         "--group", action="store_true", help="fold names differing in layer numbers"
     )
@@ -126,25 +143,119 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print metadata arrays whole (default: length and first items)",
     )
+    _add_jobs(inspect)
     inspect.set_defaults(run=run_inspect)
 
-    verify = commands.add_parser("verify", help="validate a checkpoint and scan every element")
-    verify.add_argument("path", help=formats)
+
+def _add_verify_and_hash(commands: _Commands) -> None:
+    from ._hash import run_hash
+    from ._verify import run_verify
+
+    verify = commands.add_parser(
+        "verify", help="validate a checkpoint, scan every element, check a manifest"
+    )
+    verify.add_argument("path", help=_FORMATS)
+    verify.add_argument(
+        "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
+    )
+    _add_jobs(verify)
     verify.set_defaults(run=run_verify)
 
-    convert = commands.add_parser(
-        "convert", help="convert a checkpoint to safetensors, .npy or .json"
+    hashing = commands.add_parser("hash", help="content digests of every tensor and the whole")
+    hashing.add_argument("path", help=_FORMATS)
+    hashing.add_argument("--json", action="store_true", help="print one JSON document")
+    _add_jobs(hashing)
+    hashing.set_defaults(run=run_hash)
+
+
+def _add_diff(commands: _Commands) -> None:
+    from ._diff import run_diff
+
+    diff = commands.add_parser("diff", help="compare two checkpoints tensor by tensor, exactly")
+    diff.add_argument("path", metavar="A", help=_FORMATS)
+    diff.add_argument("other", metavar="B", help=_FORMATS)
+    diff.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance")
+    diff.add_argument("--rtol", type=_tolerance, default=0.0, help="relative tolerance (of B)")
+    diff.add_argument(
+        "--ulp", type=_ulps, default=None, help="floats also match within N representable values"
     )
-    convert.add_argument("path", metavar="SRC", help=formats)
-    convert.add_argument("dst", metavar="DST", help="*.safetensors, *.npy or *.json")
+    diff.add_argument("--name", default="*", help="only tensors whose name matches this glob")
+    diff.add_argument("--json", action="store_true", help="print one JSON document")
+    _add_jobs(diff)
+    diff.set_defaults(run=run_diff)
+
+
+def _add_convert(commands: _Commands) -> None:
+    from ._convert import run_convert
+
+    convert = commands.add_parser(
+        "convert", help="convert a checkpoint to safetensors (file or shards), .npy or .json"
+    )
+    convert.add_argument("path", metavar="SRC", help=_FORMATS)
+    convert.add_argument(
+        "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (--max-shard-size)"
+    )
     convert.add_argument(
         "--dtype",
         type=_float_dtype,
         default=None,
         help="convert floating tensors to this float dtype (integers and BOOL stay as they are)",
     )
+    convert.add_argument("--name", default="*", help="only tensors whose name matches this glob")
+    convert.add_argument(
+        "--max-shard-size",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="write a Hugging Face shard folder, shards at most SIZE (5GB, 500MB, 2GiB)",
+    )
+    _add_jobs(convert)
     convert.set_defaults(run=run_convert)
-    return parser
+
+
+def _add_jobs(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--jobs", type=_jobs, default=1, metavar="N", help="processes to use (default 1)"
+    )
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError("must be between 1 and 1024")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, found {text!r}")
+    return value
+
+
+def _ulps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _size(text: str) -> int:
+    from ..io._shards import parse_size
+
+    try:
+        return parse_size(text)
+    except DataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _samples(text: str) -> int:

@@ -1,51 +1,75 @@
-"""``strided convert``: any checkpoint to safetensors, ``.npy`` or strided JSON, exactly."""
+"""``strided convert``: any checkpoint to safetensors (a file or shards), ``.npy`` or JSON."""
 
 from __future__ import annotations
 
 import argparse
-from typing import IO, Any
+import fnmatch
+from typing import IO
 
-from .._checkpoint import open_checkpoint
+from .._checkpoint import Checkpoint, open_checkpoint
 from .._errors import DataError
+from .._export import plan, text_metadata, write_safetensors
+from .._jobs import Runner, sharing, where
 from .._tensor import Tensor
 from ._progress import Progress
-from ._text import safe, tensor_error
+from ._text import safe, tensor_error, with_path
 from ._verify import CommandFailure
 
 __all__ = ["run_convert", "target_format"]
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    """Read every tensor of SRC and write DST atomically (nothing is left on failure).
+    """Read the tensors of SRC (matching ``--name``) and write DST atomically.
 
     ``--dtype`` converts floating tensors only, as ``module.to(dtype)`` does in PyTorch:
-    integer and BOOL tensors (token ids, masks) are copied unchanged.
+    integer and BOOL tensors (token ids, masks) are copied unchanged. Nothing is left
+    behind on failure.
     """
-    target = target_format(args.dst)
-    tensors: dict[str, Tensor] = {}
+    if args.max_shard_size is not None:
+        if args.dst.lower().endswith((".npy", ".json")):
+            raise CommandFailure(
+                f"{safe(args.dst)}: --max-shard-size writes a folder of safetensors shards",
+                status=2,
+            )
+        target = "folder"
+    else:
+        target = target_format(args.dst)
     with open_checkpoint(args.path) as checkpoint:
-        total = sum(checkpoint.info(name).byte_len for name in checkpoint)
-        done = 0
-        with Progress(total, "convert") as progress:
-            for name in checkpoint:
-                try:
-                    tensor = checkpoint[name]
-                    if args.dtype is not None and tensor.dtype.is_float:
-                        tensor = tensor.convert(args.dtype)
-                except DataError as error:
-                    raise CommandFailure(tensor_error(args.path, name, error)) from None
-                tensors[name] = tensor
-                done += checkpoint.info(name).byte_len
-                progress.update(done)
-        metadata = checkpoint.metadata
-    try:
-        _write(target, args.dst, tensors, metadata)
-    except (DataError, OSError) as error:
-        from ._text import with_path
-
-        raise CommandFailure(with_path(args.dst, error)) from None
-    print(f"{safe(args.path)} -> {safe(args.dst)}: {len(tensors)} tensors")
+        names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
+        if not names and len(checkpoint):
+            raise CommandFailure(f"{safe(args.path)}: no tensor matches {safe(repr(args.name))}")
+        if target in ("npy", "json"):
+            _write_one(args, checkpoint, names, target)
+            print(f"{safe(args.path)} -> {safe(args.dst)}: 1 tensor")
+            return 0
+        written = _write_safetensors(args, checkpoint, names)
+    shards = f" in {len(written) - 1} shards" if len(written) > 2 else ""
+    print(f"{safe(args.path)} -> {safe(args.dst)}: {len(names)} tensors{shards}")
     return 0
+
+
+def _write_safetensors(
+    args: argparse.Namespace, checkpoint: Checkpoint, names: list[str]
+) -> list[str]:
+    try:
+        items = plan(checkpoint, names, args.dtype)
+        metadata = text_metadata(checkpoint)
+    except DataError as error:
+        raise CommandFailure(with_path(args.path, error)) from None
+    total = sum(item.planned.byte_len for item in items)
+    path = where(args.path)
+    with (
+        sharing((path, checkpoint)),
+        Runner(args.jobs) as runner,
+        Progress(total, "convert") as progress,
+    ):
+        try:
+            return write_safetensors(
+                    checkpoint, path, items, metadata, args.dst, args.max_shard_size, runner,
+                    progress.update,
+                )  # fmt: skip
+        except OSError as error:
+            raise CommandFailure(with_path(args.dst, error)) from None
 
 
 def target_format(path: str) -> str:
@@ -54,40 +78,39 @@ def target_format(path: str) -> str:
     for suffix in ("safetensors", "npy", "json"):
         if lowered.endswith("." + suffix):
             return suffix
-    raise CommandFailure(f"{safe(path)}: the destination must end in .safetensors, .npy or .json")
+    raise CommandFailure(
+        f"{safe(path)}: the destination must end in .safetensors, .npy or .json "
+        "(or be a folder, with --max-shard-size)"
+    )
 
 
-def _text_metadata(metadata: dict[str, Any]) -> dict[str, str]:
-    """Metadata as safetensors strings: scalars as their text, lists left out."""
-    text = {}
-    for key, value in metadata.items():
-        if isinstance(value, str):
-            text[key] = value
-        elif isinstance(value, bool):
-            text[key] = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text[key] = repr(value)
-    return text
-
-
-def _write(kind: str, path: str, tensors: dict[str, Tensor], metadata: dict[str, Any]) -> None:
-    from ..io import save_npy, save_safetensors
+def _write_one(
+    args: argparse.Namespace, checkpoint: Checkpoint, names: list[str], kind: str
+) -> None:
+    from ..io import save_npy
     from ..io._common import atomic_write
 
-    if kind == "safetensors":
-        save_safetensors(path, tensors, metadata=_text_metadata(metadata) or None)
-        return
-    if len(tensors) != 1:
+    if len(names) != 1:
         raise CommandFailure(
-            f"{safe(path)}: .{kind} holds one tensor; the source has {len(tensors)}"
+            f"{safe(args.dst)}: .{kind} holds one tensor; {len(names)} tensors are selected "
+            "(pick one with --name)"
         )
-    (tensor,) = tensors.values()
-    if kind == "npy":
-        save_npy(path, tensor)
-    else:
+    (name,) = names
+    try:
+        tensor: Tensor = checkpoint[name]
+        if args.dtype is not None and tensor.dtype.is_float:
+            tensor = tensor.convert(args.dtype)
+    except DataError as error:
+        raise CommandFailure(tensor_error(args.path, name, error)) from None
+    try:
+        if kind == "npy":
+            save_npy(args.dst, tensor)
+            return
         text = tensor.to_json().encode()
 
         def write(handle: IO[bytes]) -> None:
             handle.write(text)
 
-        atomic_write(path, write)
+        atomic_write(args.dst, write)
+    except (DataError, OSError) as error:
+        raise CommandFailure(with_path(args.dst, error)) from None

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-__all__ = ["byte_size", "one_line", "safe", "tensor_error", "with_path"]
+if TYPE_CHECKING:
+    from .._jobs import JobError
+
+__all__ = [
+    "byte_size",
+    "count_text",
+    "index_text",
+    "job_error",
+    "one_line",
+    "safe",
+    "tensor_error",
+    "with_path",
+]
 
 # Control characters a file could use to drive the terminal, spelled as escapes.
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -64,6 +77,30 @@ def tensor_error(path: str, name: str, error: BaseException) -> str:
     if not text.startswith(label):
         text = f"{label}: {text}"
     return f"{shown}: {text}"
+
+
+def job_error(error: JobError) -> str:
+    """One line for a failed job task: the file and the tensor named once each."""
+    return tensor_error(error.path, error.name, Exception(error.message))
+
+
+def count_text(count: int) -> str:
+    """A count for people: ``1,024`` below 100,000, else ``11.7M`` style (K, M, B, T)."""
+    if count < 100_000:
+        return f"{count:,}"
+    value = float(count)
+    for unit in ("K", "M", "B", "T"):
+        value /= 1000
+        if value < 999.95 or unit == "T":
+            return f"{value:.1f}{unit}"
+    return f"{count:,}"  # pragma: no cover
+
+
+def index_text(index: object) -> str:
+    """A multi-index as ``[0, 3]`` (``-`` for None)."""
+    if index is None:
+        return "-"
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"  # type: ignore[attr-defined]
 
 
 def byte_size(count: int) -> str:

@@ -1,88 +1,203 @@
-"""``strided verify``: validate a checkpoint whole and scan every element for NaN and infinity."""
+"""``strided verify``: read every element, report exact statistics, check a manifest."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .._checkpoint import open_checkpoint
-from .._errors import DataError
-from .._tensor import Tensor
+from .. import _scan
+from .._checkpoint import Checkpoint, has_dtype, open_checkpoint
+from .._digest import combine
+from .._dtype import DType
+from .._exact_stats import Totals, summary
+from .._jobs import Runner, plan, sharing, where
 from ._progress import Progress
-from ._text import byte_size, safe, tensor_error
+from ._text import byte_size, index_text, safe
 
-__all__ = ["CommandFailure", "run_verify"]
+if TYPE_CHECKING:
+    from ._manifest import Manifest
 
-_CHUNK = 1 << 22  # elements per scan step: bounded memory for NaN/inf checks
+__all__ = ["CommandFailure", "exact_row", "run_verify", "scan_checkpoint"]
 
 
 class CommandFailure(Exception):
-    """A problem with one file: printed as one line, exit status 1."""
+    """A problem with one file: printed as one line, exit status ``status`` (1 by default)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def scan_checkpoint(
+    checkpoint: Checkpoint, path: str, names: list[str], digests: bool, jobs: int, label: str
+) -> dict[str, tuple[str | None, Totals | None]]:
+    """Every named tensor read once: ``name -> (digest or None, exact Totals or None)``.
+
+    Large tensors are cut into chunks (unless digests are asked for: a digest is one
+    stream) and spread over ``jobs`` worker processes; the result is the same for any
+    number of jobs. Totals are None for tensors whose values strided cannot decode.
+    """
+    infos = {name: checkpoint.info(name) for name in names}
+    numel = {name: infos[name].shape.numel if checkpoint.readable(name) else 1 for name in names}
+    tasks = plan([(name, numel[name], infos[name].byte_len) for name in names], not digests)
+    target = where(path)
+    weights = [
+        sum(infos[p.name].byte_len * (p.stop - p.start) // max(numel[p.name], 1) for p in task)
+        for task in tasks
+    ]
+    work = [(target, task, digests) for task in tasks]
+    with (
+        sharing((target, checkpoint)),
+        Runner(jobs) as runner,
+        Progress(sum(weights), label) as progress,
+    ):
+        results = runner.run(_scan.run_task, work, weights, progress)
+    found: dict[str, tuple[str | None, Totals | None]] = {}
+    for task, outcome in zip(tasks, results, strict=True):
+        for part, (digest, totals) in zip(task, outcome, strict=True):
+            if part.name not in found:
+                found[part.name] = (digest, totals)
+                continue
+            before = found[part.name][1]
+            merged = before.merge(totals) if before is not None and totals is not None else None
+            found[part.name] = (digest, merged)
+    return found
+
+
+def exact_row(checkpoint: Checkpoint, name: str, totals: Totals | None) -> dict[str, Any]:
+    """A row of exact statistics (the inspect row's keys; ``first_nonfinite`` a multi-index)."""
+    info = checkpoint.info(name)
+    row: dict[str, Any] = {
+        "name": name,
+        "dtype": info.dtype,
+        "shape": list(info.shape),
+        "numel": info.shape.numel,
+        "bytes": info.byte_len,
+        "count": 1,
+    }
+    if totals is None:
+        return row
+    dtype = DType[info.dtype] if has_dtype(info.dtype) else DType.F32
+    stats = summary(totals, dtype)
+    first = stats.pop("first_nonfinite")
+    row.update(stats, sampled=totals.count, exact=True)
+    row["first_nonfinite"] = None if first is None else _unravel(first, info.shape)
+    return row
+
+
+def _unravel(flat: int, shape: Any) -> list[int]:
+    index = []
+    for dim in reversed(tuple(shape)):
+        flat, rest = divmod(flat, dim)
+        index.append(rest)
+    return index[::-1]
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Exit 0 only when every tensor was read and scanned and none holds NaN or inf.
+    """Exit 0 only when every tensor was read and scanned, none holds NaN or infinity,
+    and (with ``--manifest``) every digest matches.
 
-    A tensor whose stored type strided cannot decode is validated structurally but not
-    scanned; it is listed, counted, and makes the exit status 1.
+    A tensor whose stored type strided cannot decode is validated structurally (and
+    hashed) but not scanned; it is listed, counted, and makes the exit status 1.
     """
+    manifest = _manifest(args.manifest) if args.manifest else None
     with open_checkpoint(args.path) as checkpoint:
-        total = sum(checkpoint.info(name).byte_len for name in checkpoint)
-        problems: list[str] = []
-        skipped: list[str] = []
-        done = 0
-        with Progress(total, "verify") as progress:
-            for name in checkpoint:
-                info = checkpoint.info(name)
-                if not checkpoint.readable(name):
-                    skipped.append(f"{safe(name)}: {safe(info.dtype)} values not scanned")
-                    continue
-                try:
-                    tensor = checkpoint[name]
-                except DataError as error:
-                    raise CommandFailure(tensor_error(args.path, name, error)) from None
-
-                def report(scanned: int, base: int = done) -> None:
-                    progress.update(base + scanned)
-
-                nan, inf = scan(tensor, report)
-                done += info.byte_len
-                progress.update(done)
-                if nan or inf:
-                    problems.append(f"{safe(name)}: {nan} NaN, {inf} inf")
-        count = len(checkpoint)
-    for line in problems + skipped:
-        print(line)
+        names = list(checkpoint)
+        found = scan_checkpoint(
+            checkpoint, args.path, names, manifest is not None, args.jobs, "verify"
+        )
+        rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
+        total = sum(checkpoint.info(name).byte_len for name in names)
+    _print_rows(rows)
+    problems = [_problem(row) for row in rows if row.get("nan") or row.get("inf")]
+    skipped = [
+        f"{safe(row['name'])}: {safe(row['dtype'])} values not scanned"
+        for row in rows
+        if "min" not in row
+    ]
     states = []
     if problems:
         states.append(f"{len(problems)} tensors with NaN or inf")
     if skipped:
-        states.append(f"{len(skipped)} of {count} tensors not scanned")
-    state = ", ".join(states) if states else "clean"
-    print(f"{safe(args.path)}: {count} tensors, {byte_size(total)}: {state}")
+        states.append(f"{len(skipped)} of {len(names)} tensors not scanned")
+    lines = problems + skipped
+    if manifest is not None:
+        digests = {name: found[name][0] or "" for name in names}
+        manifest_lines, manifest_states = _check(manifest, digests)
+        lines += manifest_lines
+        states += manifest_states
+    for line in lines:
+        print(line)
+    state = ", ".join(states) if states else "clean" + (", digests match" if manifest else "")
+    print(f"{safe(args.path)}: {len(names)} tensors, {byte_size(total)}: {state}")
     return 1 if states else 0
 
 
-def scan(tensor: Tensor, report: Callable[[int], None]) -> tuple[int, int]:
-    """NaN and infinity counts, scanning blocks of whole rows of the view in place.
+def _manifest(path: str) -> Manifest:
+    from .._errors import DataError
+    from ._manifest import read_manifest
+    from ._text import with_path
 
-    Blocks follow the first axis, so a strided view (a Fortran-order ``.npy``, say) is
-    never copied whole; each block's temporaries stay near ``_CHUNK`` elements.
-    """
-    if not tensor.dtype.is_float:
-        return 0, 0
-    array = tensor.numpy()
-    if array.ndim == 0:
-        array = array.reshape(1)
-    per_row = max(array.size // max(array.shape[0], 1), 1)
-    step = max(_CHUNK // per_row, 1)
-    nan = inf = 0
-    for start in range(0, array.shape[0], step):
-        block = array[start : start + step]
-        with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
-            nan += int(np.count_nonzero(np.isnan(block)))
-            inf += int(np.count_nonzero(np.isinf(block)))
-        report((start + block.shape[0]) * per_row * tensor.dtype.itemsize)
-    return nan, inf
+    try:
+        return read_manifest(path)
+    except (DataError, OSError, UnicodeError) as error:
+        raise CommandFailure(with_path(path, error)) from None
+
+
+def _problem(row: dict[str, Any]) -> str:
+    first = index_text(row["first_nonfinite"])
+    return f"{safe(row['name'])}: {row['nan']} NaN, {row['inf']} inf, first at {first}"
+
+
+def _check(manifest: Manifest, digests: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Lines naming each mismatched, missing and unexpected tensor, and the summary parts."""
+    expected = manifest.tensors
+    differ = sorted(
+        name for name in digests if name in expected and expected[name] != digests[name]
+    )
+    missing = sorted(name for name in expected if name not in digests)
+    unexpected = sorted(name for name in digests if name not in expected)
+    lines = [f"{safe(name)}: digest differs from the manifest" for name in differ]
+    lines += [f"{safe(name)}: in the manifest, missing from the checkpoint" for name in missing]
+    lines += [f"{safe(name)}: not in the manifest" for name in unexpected]
+    states = []
+    if differ:
+        states.append(f"{len(differ)} digests differ")
+    if missing:
+        states.append(f"{len(missing)} missing")
+    if unexpected:
+        states.append(f"{len(unexpected)} unexpected")
+    if not states and combine(digests.items()) != manifest.digest:
+        lines.append("the checkpoint digest differs from the manifest's (its last line)")
+        states.append("checkpoint digest differs")
+    return lines, states
+
+
+def _print_rows(rows: list[dict[str, Any]]) -> None:
+    header = ("name", "dtype", "shape", "min", "max", "mean", "nan", "inf", "first nan/inf")
+    lines = [header]
+    for row in rows:
+        scanned = "min" in row
+        mean = row.get("mean")
+        lines.append(
+            (
+                safe(row["name"]),
+                safe(row["dtype"]),
+                index_text(row["shape"]),
+                _cell(row.get("min")),
+                _cell(row.get("max")),
+                "-" if mean is None else repr(mean),
+                _cell(row.get("nan")),
+                _cell(row.get("inf")),
+                index_text(row.get("first_nonfinite")) if scanned else "-",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,258 @@
+"""Writing any checkpoint out as safetensors (one file or a shard folder), streaming.
+
+Every tensor is planned before any data is read (name, output dtype, shape, bytes), so
+the output's layout is known and each tensor's bytes go straight to their offset:
+
+* ``copy``: a tensor kept as it is streams its logical bytes from the source (views of
+  a memory-mapped file are written without any copy; strided views a bounded piece at
+  a time);
+* ``raw``: a safetensors tensor of a type strided cannot decode (``F4``...) is copied
+  byte for byte;
+* ``convert``: a tensor that changes dtype (``--dtype``, or a quantized GGUF tensor
+  that becomes F32) is converted a bounded chunk at a time, by the worker processes
+  when there are several; only the calling process writes.
+
+The same tensors and metadata give the same bytes whatever the source's format, shard
+split, order, or the number of workers.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ._checkpoint import has_dtype
+from ._convert import convert_array
+from ._dtype import DType
+from ._errors import DataError, DTypeError, RangeError
+from ._jobs import JobError, Runner, loaded, opened
+from ._pieces import pieces
+from ._scalar import Scalar
+from ._values import Source
+from .io._safetensors_header import DTYPE_BITS
+from .io._shards import (
+    INDEX_NAME,
+    OutputFile,
+    Planned,
+    Sweeper,
+    check_folder_target,
+    commit_folder,
+    fsync_path,
+    index_bytes,
+    layout,
+    shard_groups,
+    shard_name,
+)
+
+if TYPE_CHECKING:
+    from ._checkpoint import Checkpoint
+
+__all__ = ["Item", "plan", "text_metadata", "write_safetensors"]
+
+_CHUNK_ELEMENTS = 1 << 19  # elements per conversion chunk: temporaries stay ~12 MiB
+
+
+class Item(NamedTuple):
+    """One tensor to write: what it becomes and how (``copy``, ``raw`` or ``convert``)."""
+
+    planned: Planned
+    mode: str
+    target: DType | None
+
+
+def plan(checkpoint: Checkpoint, names: Sequence[str], dtype: DType | None) -> list[Item]:
+    """How each named tensor is written; ``dtype`` converts floating tensors only.
+
+    A quantized GGUF tensor becomes F32 (or ``dtype``). A tensor of a stored type
+    strided cannot decode can only be copied byte for byte into safetensors, and only
+    from safetensors (DTypeError otherwise, naming the tensor).
+    """
+    items = []
+    for name in names:
+        info = checkpoint.info(name)
+        if has_dtype(info.dtype):
+            source = DType[info.dtype]
+            target = dtype if dtype is not None and source.is_float else source
+            mode = "copy" if target is source else "convert"
+        elif checkpoint.readable(name):
+            target, mode = dtype or DType.F32, "convert"
+        elif checkpoint.format == "safetensors" and info.dtype in DTYPE_BITS:
+            items.append(Item(Planned(name, info.dtype, info.shape, info.byte_len), "raw", None))
+            continue
+        else:
+            raise DTypeError(
+                f"{checkpoint.path}: tensor {name!r}: {info.dtype} values cannot be read or "
+                "written to safetensors"
+            )
+        byte_len = info.shape.numel * target.itemsize
+        items.append(Item(Planned(name, target.name, info.shape, byte_len), mode, target))
+    return items
+
+
+def text_metadata(checkpoint: Checkpoint) -> dict[str, str]:
+    """The checkpoint's scalar metadata as safetensors strings (lists and None left out).
+
+    Booleans are ``true``/``false``, integers decimal, floats their canonical shortest
+    text in the type they were stored as (a GGUF FLOAT32 value as F32: ``1e-05``).
+    """
+    float32 = _gguf_float32_keys(checkpoint) if checkpoint.format == "gguf" else set()
+    text = {}
+    for key, value in checkpoint.metadata.items():
+        if isinstance(value, str):
+            text[key] = value
+        elif isinstance(value, bool):
+            text[key] = "true" if value else "false"
+        elif isinstance(value, int):
+            text[key] = str(value)
+        elif isinstance(value, float):
+            text[key] = str(Scalar(DType.F32 if key in float32 else DType.F64, value))
+    return text
+
+
+def _gguf_float32_keys(checkpoint: Checkpoint) -> set[str]:
+    """Keys whose GGUF value type is FLOAT32 (the reader gives all floats as Python floats)."""
+    return set(checkpoint._float32_keys)
+
+
+ConvertTask = tuple[str, str, int, int, str]
+
+
+def convert_task(task: ConvertTask) -> np.ndarray[Any, Any]:
+    """Elements ``[start, stop)`` of one tensor converted into a dtype (run in a worker).
+
+    A value that does not fit raises the error ``Tensor.convert`` gives for the whole
+    tensor, so the message names the element's index in the tensor.
+    """
+    path, name, start, stop, target_name = task
+    target = DType[target_name]
+    checkpoint = opened(path)
+    try:
+        tensor = loaded(path, name) if has_dtype(checkpoint.info(name).dtype) else None
+        source = Source(checkpoint, name, tensor)
+        try:
+            values = convert_array(source.values(start, stop), source.dtype, target)
+        except RangeError:
+            checkpoint[name].convert(target)  # raises with the element's index in the tensor
+            raise
+        return np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    except DataError as error:
+        raise JobError(path, name, str(error)) from None
+
+
+class _Writer:
+    """Streams planned tensors into output files; conversions go through the runner."""
+
+    def __init__(
+        self, checkpoint: Checkpoint, path: str, runner: Runner, report: Callable[[int], None]
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.path = path  # what workers open
+        self.runner = runner
+        self.report = report
+        self.done = 0
+
+    def fill(self, jobs: Sequence[tuple[OutputFile, int, Item]]) -> None:
+        """Write every ``(file, offset, item)``: copies here, then the conversions."""
+        conversions: list[ConvertTask] = []
+        places: list[tuple[OutputFile, int]] = []
+        for output, offset, item in jobs:
+            if item.mode == "convert":
+                assert item.target is not None
+                step = _CHUNK_ELEMENTS  # a multiple of every ggml block size
+                numel = item.planned.shape.numel
+                for start in range(0, numel, step):
+                    stop = min(start + step, numel)
+                    conversions.append(
+                        (self.path, item.planned.name, start, stop, item.target.name)
+                    )
+                    places.append((output, offset + start * item.target.itemsize))
+            else:
+                self._copy(output, offset, item)
+        for (output, offset), data in zip(
+            places, self.runner.imap(convert_task, conversions), strict=True
+        ):
+            output.write(offset, data)
+            self._advance(data.size)
+
+    def _copy(self, output: OutputFile, offset: int, item: Item) -> None:
+        name = item.planned.name
+        try:
+            array = (
+                self.checkpoint._stored(name)
+                if item.mode == "raw"
+                else self.checkpoint[name].numpy()
+            )
+        except DataError as error:
+            raise JobError(self.checkpoint.path, name, str(error)) from None
+        for piece in pieces(array):
+            data = piece.view(np.uint8)
+            output.write(offset, data)
+            offset += data.size
+            self._advance(data.size)
+
+    def _advance(self, count: int) -> None:
+        self.done += count
+        self.report(self.done)
+
+
+def write_safetensors(
+    checkpoint: Checkpoint,
+    path: str,
+    items: Sequence[Item],
+    metadata: Mapping[str, str],
+    destination: str,
+    max_shard_size: int | None,
+    runner: Runner,
+    report: Callable[[int], None],
+) -> list[str]:
+    """Write ``items`` of ``checkpoint`` (opened by workers at ``path``) to ``destination``.
+
+    Without ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
+    Face layout (one ``model.safetensors`` when everything fits one shard). Atomic:
+    nothing appears at ``destination`` unless everything was written. Returns the
+    files written (relative to ``destination`` for a folder).
+    """
+    writer = _Writer(checkpoint, path, runner, report)
+    planned = [item.planned for item in items]
+    by_name = {item.planned.name: item for item in items}
+    if max_shard_size is None:
+        target = os.path.abspath(destination)
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+        groups = [planned]
+    else:
+        target = check_folder_target(destination)
+        groups = shard_groups(planned, max_shard_size)
+    folder = os.path.dirname(target)
+    outputs: list[tuple[str, OutputFile]] = []
+    runner.start()  # forked workers must not inherit the sweeper's pipe or the outputs
+    sweeper = Sweeper()
+    try:
+        jobs: list[tuple[OutputFile, int, Item]] = []
+        for number, group in enumerate(groups):
+            shape = layout(group, metadata)
+            name = shard_name(number, len(groups))
+            hidden = os.path.basename(target) if max_shard_size is None else name
+            output = OutputFile(folder, hidden, shape.size, sweeper)
+            outputs.append((name, output))
+            output.write(0, shape.header)
+            jobs.extend((output, shape.offsets[item.name], by_name[item.name]) for item in group)
+        writer.fill(jobs)
+        if max_shard_size is None:
+            outputs[0][1].commit(target)
+            fsync_path(folder)
+            return [target]
+        extra = {INDEX_NAME: index_bytes(groups)} if len(groups) > 1 else {}
+        commit_folder(target, outputs, extra, sweeper)
+        return [name for name, _ in outputs] + list(extra)
+    except OSError as error:
+        # Name the destination, never a temporary file.
+        raise OSError(error.errno, error.strerror or str(error), target) from None
+    finally:
+        for _, output in outputs:
+            output.discard()
+        sweeper.close()

@@ -1,0 +1,50 @@
+"""``strided hash``: every tensor's digest and the checkpoint's, as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import _digest
+from .._checkpoint import open_checkpoint
+from .._jobs import Runner, plan, sharing, where
+from ._manifest import escaped_line
+from ._progress import Progress
+
+__all__ = ["run_hash"]
+
+
+def run_hash(args: argparse.Namespace) -> int:
+    """Print ``DIGEST  NAME`` per tensor (names sorted by UTF-8 bytes), then the checkpoint's."""
+    with open_checkpoint(args.path) as checkpoint:
+        names = sorted(checkpoint, key=_digest.sort_key)
+        infos = {name: checkpoint.info(name) for name in names}
+        tasks = plan(
+            [(name, infos[name].shape.numel, infos[name].byte_len) for name in names], False
+        )
+        path = where(args.path)
+        weights = [sum(infos[part.name].byte_len for part in task) for task in tasks]
+        work = [(path, [part.name for part in task]) for task in tasks]
+        with (
+            sharing((path, checkpoint)),
+            Runner(args.jobs) as runner,
+            Progress(sum(weights), "hash") as progress,
+        ):
+            results = runner.run(_digest.run_task, work, weights, progress)
+    digests = dict(zip(names, (digest for found in results for digest in found), strict=True))
+    total = _digest.combine(digests.items())
+    if args.json:
+        tensors = {
+            name: {
+                "dtype": infos[name].dtype,
+                "shape": list(infos[name].shape),
+                "digest": digests[name],
+            }
+            for name in names
+        }
+        print(json.dumps({"digest": total, "tensors": tensors}, indent=1))
+        return 0
+    for name in names:
+        print(escaped_line(digests[name], name))
+    print(escaped_line(total, args.path))
+    return 0

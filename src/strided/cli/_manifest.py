@@ -1,0 +1,127 @@
+"""``strided hash`` output, written and read back (``strided verify --manifest``).
+
+Text: one ``DIGEST  NAME`` line per tensor (the ``sha256sum`` layout), names sorted by
+their UTF-8 bytes, then ``DIGEST  PATH`` with the checkpoint digest. A name holding a
+backslash, a newline, a tab, a carriage return or any other non-printable character is
+written with escapes (``\\\\``, ``\\n``, ``\\t``, ``\\r``, ``\\xNN``, ``\\uNNNN``,
+``\\UNNNNNNNN``) and its line starts with a backslash, as ``sha256sum`` marks escaped
+names; so every name reads back exactly and none can drive a terminal.
+
+JSON: ``{"digest": ..., "tensors": {name: {"dtype", "shape", "digest"}}}``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._errors import FormatError, LimitError
+from .._strict_json import loads_strict
+from ..io._common import file_size, open_regular, read_exact
+
+__all__ = ["Manifest", "escaped_line", "read_manifest"]
+
+_MAX_MANIFEST_BYTES = 1 << 28
+_NAMED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_UNESCAPE = re.compile(r"\\(?:([\\ntr])|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+_LINE = re.compile(r"(\\?)([0-9a-f]{64})  (.*)", re.DOTALL)
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _escape(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def escaped_line(digest: str, name: str) -> str:
+    """``DIGEST  NAME``, escaped (with a leading backslash) when the name needs it."""
+    if name.isprintable() and "\\" not in name:
+        return f"{digest}  {name}"
+    return "\\" + digest + "  " + "".join(_escape(char) for char in name)
+
+
+def _unescape(text: str, where: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(1):
+            return {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}[match.group(1)]
+        return chr(int(match.group(2) or match.group(3) or match.group(4), 16))
+
+    leftover = _UNESCAPE.sub("", text)
+    if "\\" in leftover:
+        raise FormatError(f"{where}: a backslash that starts no known escape")
+    try:
+        return _UNESCAPE.sub(one, text)
+    except (ValueError, OverflowError):
+        raise FormatError(f"{where}: an escape names no character") from None
+
+
+class Manifest:
+    """Expected digests: ``tensors`` (name -> digest) and the checkpoint ``digest``."""
+
+    def __init__(self, tensors: dict[str, str], digest: str) -> None:
+        self.tensors = tensors
+        self.digest = digest
+
+
+def read_manifest(path: str) -> Manifest:
+    """Read either output of ``strided hash``; FormatError (naming the file) when malformed."""
+    with open_regular(path) as file:
+        size = file_size(file)
+        if size > _MAX_MANIFEST_BYTES:
+            raise LimitError(f"{path}: a manifest of {size} bytes exceeds {_MAX_MANIFEST_BYTES}")
+        data = read_exact(file, size, path, "manifest")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{path}: the manifest is not UTF-8 text") from None
+    if text.lstrip().startswith("{"):
+        return _from_json(loads_strict(data, path, 4), path)
+    return _from_text(text, path)
+
+
+def _from_text(text: str, path: str) -> Manifest:
+    # A raw carriage return is never part of a name (it would be escaped): CRLF is fine.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise FormatError(f"{path}: the manifest is empty")
+    tensors: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        match = _LINE.fullmatch(line)
+        if match is None:
+            raise FormatError(f"{path}: line {number}: expected 'DIGEST  NAME' (64 hex digits)")
+        where = f"{path}: line {number}"
+        name = _unescape(match.group(3), where) if match.group(1) else match.group(3)
+        if number == len(lines):
+            return Manifest(tensors, match.group(2))
+        if name in tensors:
+            raise FormatError(f"{where}: tensor {name[:80]!r} is listed twice")
+        tensors[name] = match.group(2)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _from_json(document: Any, path: str) -> Manifest:
+    if type(document) is not dict or type(document.get("tensors")) is not dict:
+        raise FormatError(f"{path}: expected {{'digest': ..., 'tensors': {{name: ...}}}}")
+    digest = document.get("digest")
+    if type(digest) is not str or not _HEX.fullmatch(digest):
+        raise FormatError(f"{path}: 'digest' must be 64 lowercase hex digits")
+    tensors = {}
+    for name, entry in document["tensors"].items():
+        found = entry.get("digest") if type(entry) is dict else None
+        if type(found) is not str or not _HEX.fullmatch(found):
+            raise FormatError(f"{path}: tensor {name[:80]!r}: 'digest' must be 64 hex digits")
+        tensors[name] = found
+    return Manifest(tensors, digest)
