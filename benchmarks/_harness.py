@@ -6,11 +6,15 @@ runs them all (or those named on the command line) and prints one table.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.util
+import os
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -78,3 +82,57 @@ def optional(module: str) -> object | None:
     if importlib.util.find_spec(module) is None:
         return None
     return importlib.import_module(module)
+
+
+def blas_threads() -> int:
+    """The thread count of the BLAS NumPy loaded (OpenBLAS), else the env setting or core count.
+
+    Read through OpenBLAS's own ``*_get_num_threads`` entry point (the library is found in
+    ``/proc/self/maps``), so it matches what NumPy's matmul really uses.
+    """
+    import numpy  # noqa: F401  (loads the BLAS library)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        paths = set()
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in (
+            "openblas_get_num_threads",
+            "openblas_get_num_threads64_",
+            "scipy_openblas_get_num_threads64_",
+        ):
+            getter = getattr(library, symbol, None)
+            if getter is not None:
+                getter.restype = ctypes.c_int
+                return max(1, int(getter()))
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1
+
+
+def torch_like_numpy() -> object | None:
+    """PyTorch (when installed) with its intra-op thread count set to NumPy's BLAS count."""
+    torch: Any = optional("torch")
+    if torch is not None:
+        torch.set_num_threads(blas_threads())
+    return torch
+
+
+def peak_bytes(fn: Callable[[], object]) -> tuple[int, object]:
+    """``(peak traced bytes allocated while fn runs, its result)``, by tracemalloc."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, result
