@@ -4,8 +4,9 @@ A ~200 MiB safetensors file (and a 2 MiB one, to show that load time does not gr
 the file) is written to a temporary folder. Lazy handles are compared with lazy handles
 (``open_safetensors`` with ``safe_open``) and load-everything calls with each other
 (``load_safetensors`` with ``load_file``); every row reads each byte of each tensor it
-gets, so a memory-mapped view and a copy in memory do the same work. Peak RSS growth of each operation is measured in a fresh subprocess
-(``ru_maxrss`` after minus before, imports excluded) and printed before the rows.
+gets, so a memory-mapped view and a copy in memory do the same work. Peak RSS growth of
+each operation is measured in a fresh subprocess (``ru_maxrss`` after minus before,
+imports excluded) and printed before the rows.
 """
 
 from __future__ import annotations

@@ -302,6 +302,8 @@ def test_samples_built_on_first_read_behave_as_a_plain_field() -> None:
     assert first.samples is first.samples  # built once
     with pytest.raises(dataclasses.FrozenInstanceError):
         tensor.inspect(options).samples = ()  # type: ignore[misc]
-    made = st.TensorInspection(**{f.name: getattr(first, f.name) for f in dataclasses.fields(first)})
+    made = st.TensorInspection(
+        **{f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
+    )
     assert made == first and made.samples is first.samples
     assert "samples=((0, Scalar(BF16, 1.5))" in repr(tensor.inspect(options))

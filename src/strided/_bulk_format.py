@@ -123,7 +123,7 @@ def _suspects(flat: np.ndarray) -> np.ndarray:
     suspect = ~np.isfinite(flat)
     for low, high in _BANDS:
         suspect |= (magnitude >= low) & (magnitude < high)
-    return suspect
+    return np.asarray(suspect)
 
 
 # -- orjson ------------------------------------------------------------------------

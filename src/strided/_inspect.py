@@ -197,11 +197,13 @@ class _LazySamples:
 
 # The dataclass keeps ``samples`` as a field (its __init__, __eq__, __repr__, __hash__ and
 # pickling all read it through this descriptor); only its storage is deferred.
-TensorInspection.samples = _LazySamples(TensorInspection.__dict__["samples"])  # type: ignore[assignment]
+setattr(TensorInspection, "samples", _LazySamples(TensorInspection.__dict__["samples"]))  # noqa: B010
 _new = object.__new__
 _set_dtype = Scalar.__dict__["_dtype"].__set__
 _set_value = Scalar.__dict__["_value"].__set__
-_CAST = {dtype: bool if dtype is DType.BOOL else float if dtype.is_float else int for dtype in DType}
+_CAST = {
+    dtype: bool if dtype is DType.BOOL else float if dtype.is_float else int for dtype in DType
+}
 
 
 def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
