@@ -224,3 +224,25 @@ def test_peak_memory_is_at_most_three_times_the_result(name: str) -> None:
         tracemalloc.stop()
     assert made.tolist() == nested if name != "F32" else made.numpy().dtype == np.float32
     assert peak <= 3 * made.byte_len
+
+
+@pytest.mark.parametrize("name", ["F16", "F32", "BF16", "F8_E4M3", "F8_E5M2"])
+def test_every_midpoint_rounds_once(name: str) -> None:
+    """Midpoints between neighbours (and one F64 step to each side) round as one step."""
+    dtype = st.DType.parse(name)
+    width = dtype.itemsize * 8
+    if width == 32:
+        patterns = np.random.default_rng(4).integers(0, 2**32 - 1, 20000, dtype=np.uint64)
+    else:
+        patterns = np.arange(2**width - 1, dtype=np.uint64)
+    bits = f"<u{dtype.itemsize}"
+    with np.errstate(all="ignore"):
+        low = patterns.astype(bits).view(dtype.numpy).astype(np.float64)
+        high = (patterns + 1).astype(bits).view(dtype.numpy).astype(np.float64)
+    ok = np.isfinite(low) & np.isfinite(high) & (np.sign(low) == np.sign(high))
+    middle = (low[ok] + high[ok]) / 2
+    values = np.concatenate(
+        [middle, np.nextafter(middle, np.inf), np.nextafter(middle, -np.inf)]
+    ).tolist()
+    expected = value_by_value(dtype, (len(values),), values)
+    check_same(attempt(lambda: st.tensor(values, dtype)), expected)
