@@ -28,8 +28,8 @@ class Row:
     scale: float | None = None  # work per call (e.g. FLOPs or values) for throughput
 
 
-def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
-    """Best-of-five per-call time, with the repeat count chosen to fill ``budget`` seconds."""
+def _repeat_count(fn: Callable[[], object], budget: float) -> tuple[int, float]:
+    """Calls per timing round so that a round lasts about ``budget / 5`` (and its time)."""
     fn()
     number = 1
     while True:
@@ -38,21 +38,41 @@ def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
             fn()
         elapsed = time.perf_counter() - start
         if elapsed > budget / 5 or number >= 1 << 22:
-            break
+            return number, elapsed / number
         number *= 4
-    best = elapsed / number
+
+
+def _round(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) / number
+
+
+def best_times(fns: list[Callable[[], object]], budget: float = 0.25) -> list[float]:
+    """Best-of-five per-call time of each callable, their rounds interleaved.
+
+    Every callable gets a repeat count that fills about ``budget / 5`` per round; the
+    rounds then alternate between the callables (strided, reference, strided, ...), so
+    on a shared machine a burst of outside load hits both sides of a ratio alike.
+    """
+    counts = [_repeat_count(fn, budget) for fn in fns]
+    best = [first for _, first in counts]
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(4):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            best = min(best, (time.perf_counter() - start) / number)
+            for i, (fn, (number, _)) in enumerate(zip(fns, counts, strict=True)):
+                best[i] = min(best[i], _round(fn, number))
     finally:
         if gc_was_enabled:
             gc.enable()
     return best
+
+
+def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
+    """Best-of-five per-call time, with the repeat count chosen to fill ``budget`` seconds."""
+    return best_times([fn], budget)[0]
 
 
 def format_seconds(seconds: float) -> str:
@@ -64,14 +84,16 @@ def format_seconds(seconds: float) -> str:
 
 
 def report(rows: Iterator[Row]) -> None:
-    """Time each row and print strided, each reference, and strided/reference ratios."""
+    """Time each row and print strided, each reference, and strided/reference ratios.
+
+    strided and its references are timed in interleaved rounds (``best_times``).
+    """
     for row in rows:
-        ours = per_call_seconds(row.strided)
+        ours, *others = best_times([row.strided, *row.references.values()])
         parts = [f"{row.name:<44} strided {format_seconds(ours)}"]
         if row.scale:
             parts.append(f"({row.scale / ours / 1e9:7.2f} G{row.unit}/s)")
-        for label, fn in row.references.items():
-            theirs = per_call_seconds(fn)
+        for label, theirs in zip(row.references, others, strict=True):
             ratio = ours / theirs if theirs else float("inf")
             parts.append(f"| {label} {format_seconds(theirs)} ratio {ratio:6.2f}x")
         print(" ".join(parts), flush=True)
