@@ -6,11 +6,15 @@ runs them all (or those named on the command line) and prints one table.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.util
+import os
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -24,8 +28,8 @@ class Row:
     scale: float | None = None  # work per call (e.g. FLOPs or values) for throughput
 
 
-def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
-    """Best-of-five per-call time, with the repeat count chosen to fill ``budget`` seconds."""
+def _repeat_count(fn: Callable[[], object], budget: float) -> tuple[int, float]:
+    """Calls per timing round so that a round lasts about ``budget / 5`` (and its time)."""
     fn()
     number = 1
     while True:
@@ -34,21 +38,41 @@ def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
             fn()
         elapsed = time.perf_counter() - start
         if elapsed > budget / 5 or number >= 1 << 22:
-            break
+            return number, elapsed / number
         number *= 4
-    best = elapsed / number
+
+
+def _round(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) / number
+
+
+def best_times(fns: list[Callable[[], object]], budget: float = 0.25) -> list[float]:
+    """Best-of-five per-call time of each callable, their rounds interleaved.
+
+    Every callable gets a repeat count that fills about ``budget / 5`` per round; the
+    rounds then alternate between the callables (strided, reference, strided, ...), so
+    on a shared machine a burst of outside load hits both sides of a ratio alike.
+    """
+    counts = [_repeat_count(fn, budget) for fn in fns]
+    best = [first for _, first in counts]
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(4):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            best = min(best, (time.perf_counter() - start) / number)
+            for i, (fn, (number, _)) in enumerate(zip(fns, counts, strict=True)):
+                best[i] = min(best[i], _round(fn, number))
     finally:
         if gc_was_enabled:
             gc.enable()
     return best
+
+
+def per_call_seconds(fn: Callable[[], object], budget: float = 0.25) -> float:
+    """Best-of-five per-call time, with the repeat count chosen to fill ``budget`` seconds."""
+    return best_times([fn], budget)[0]
 
 
 def format_seconds(seconds: float) -> str:
@@ -69,15 +93,15 @@ def format_rate(per_second: float, unit: str) -> str:
 def report(rows: Iterator[Row]) -> None:
     """Time each row and print strided, each reference, and strided/reference ratios.
 
-    Rows with a ``scale`` also show each side's throughput.
+    Rows with a ``scale`` also show each side's throughput. strided and its references
+    are timed in interleaved rounds (``best_times``).
     """
     for row in rows:
-        ours = per_call_seconds(row.strided)
+        ours, *others = best_times([row.strided, *row.references.values()])
         parts = [f"{row.name:<44} strided {format_seconds(ours)}"]
         if row.scale:
             parts.append(format_rate(row.scale / ours, row.unit))
-        for label, fn in row.references.items():
-            theirs = per_call_seconds(fn)
+        for label, theirs in zip(row.references, others, strict=True):
             ratio = ours / theirs if theirs else float("inf")
             parts.append(f"| {label} {format_seconds(theirs)}")
             if row.scale:
@@ -91,3 +115,57 @@ def optional(module: str) -> object | None:
     if importlib.util.find_spec(module) is None:
         return None
     return importlib.import_module(module)
+
+
+def blas_threads() -> int:
+    """The thread count of the BLAS NumPy loaded (OpenBLAS), else the env setting or core count.
+
+    Read through OpenBLAS's own ``*_get_num_threads`` entry point (the library is found in
+    ``/proc/self/maps``), so it matches what NumPy's matmul really uses.
+    """
+    import numpy  # noqa: F401  (loads the BLAS library)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        paths = set()
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in (
+            "openblas_get_num_threads",
+            "openblas_get_num_threads64_",
+            "scipy_openblas_get_num_threads64_",
+        ):
+            getter = getattr(library, symbol, None)
+            if getter is not None:
+                getter.restype = ctypes.c_int
+                return max(1, int(getter()))
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1
+
+
+def torch_like_numpy() -> object | None:
+    """PyTorch (when installed) with its intra-op thread count set to NumPy's BLAS count."""
+    torch: Any = optional("torch")
+    if torch is not None:
+        torch.set_num_threads(blas_threads())
+    return torch
+
+
+def peak_bytes(fn: Callable[[], object]) -> tuple[int, object]:
+    """``(peak traced bytes allocated while fn runs, its result)``, by tracemalloc."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, result

@@ -1,4 +1,4 @@
-"""inspect(max_samples=1024): the time must not grow with the tensor's size or layout.
+"""inspect: the time must not grow with the tensor's size or layout.
 
 The NumPy reference computes the same statistics over the same 1024 gathered samples
 (so the ratio is strided's overhead: building the Scalars and the result); the
@@ -74,3 +74,34 @@ def rows() -> Iterator[Row]:
                 )
             },
         )
+
+    yield from _many_samples()
+
+
+def _many_samples() -> Iterator[Row]:
+    """MAX_INSPECTION_SAMPLES (65536) samples of an 11.7M-element (44.7 MB) F32 tensor.
+
+    ``samples`` (65536 ``(int, Scalar)`` pairs) is built on first read; the last row
+    reads it, against NumPy making the same values Python floats.
+    """
+    array = np.random.default_rng(0).standard_normal((3000, 3900)).astype(np.float32)
+    tensor = st.Tensor.from_numpy(array)
+    count, numel = st.MAX_INSPECTION_SAMPLES, array.size
+    for strategy in ("head", "spread"):
+        options = st.TensorInspectionOptions(count, strategy)
+        steps = np.arange(count)
+        positions = steps if strategy == "head" else steps * numel // count
+        yield Row(
+            f"inspect(65536, {strategy}) 11.7M F32",
+            lambda options=options: tensor.inspect(options),
+            {
+                "numpy same samples": _numpy_sample_stats(array, positions),
+                "numpy full scan": _numpy_full_scan(array),
+            },
+        )
+    options = st.TensorInspectionOptions(count, "spread")
+    yield Row(
+        "inspect(65536, spread) 11.7M F32 + samples",
+        lambda: tensor.inspect(options).samples,
+        {"numpy same samples + tolist": lambda: array.flat[positions].tolist()},
+    )

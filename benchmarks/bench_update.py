@@ -13,7 +13,7 @@ import numpy as np
 
 import strided as st
 
-from ._harness import Row, optional
+from ._harness import Row, optional, torch_like_numpy
 
 
 def _copy_then_assign(array: np.ndarray, index: Any, value: Any) -> Callable[[], object]:
@@ -27,7 +27,7 @@ def _copy_then_assign(array: np.ndarray, index: Any, value: Any) -> Callable[[],
 
 def _references(array: np.ndarray, index: Any, value: Any) -> dict[str, Callable[[], object]]:
     found: dict[str, Callable[[], object]] = {"numpy": _copy_then_assign(array, index, value)}
-    torch = optional("torch")
+    torch: Any = torch_like_numpy()
     if torch is not None:
         tt = torch.from_numpy(array.copy())
         tv = torch.from_numpy(np.asarray(value).copy()) if np.ndim(value) else value.item()

@@ -283,3 +283,27 @@ def test_inspection_has_exactly_the_spec_fields() -> None:
         "samples", "sampled", "complete", "min", "max", "nan_count", "inf_count",
         "zero_count", "mean",
     ]  # fmt: skip
+
+
+def test_samples_built_on_first_read_behave_as_a_plain_field() -> None:
+    import pickle
+
+    tensor = st.tensor([[1.5, -0.0], [math.nan, 4.0]], "BF16").transpose()
+    options = st.TensorInspectionOptions(3, "spread")
+    first, second = tensor.inspect(options), tensor.inspect(options)
+    assert first == second and hash(first) == hash(second)  # built through __eq__/__hash__
+    fresh = tensor.inspect(options)
+    copied = pickle.loads(pickle.dumps(fresh))
+    assert copied == first and copied.samples == first.samples
+    assert dataclasses.replace(tensor.inspect(options)) == first
+    expected = [(0, st.Scalar(st.DType.BF16, 1.5)), (1, st.Scalar(st.DType.BF16, math.nan))]
+    assert list(first.samples[:2]) == expected and type(first.samples) is tuple
+    assert all(type(i) is int and type(s) is st.Scalar for i, s in first.samples)
+    assert first.samples is first.samples  # built once
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tensor.inspect(options).samples = ()  # type: ignore[misc]
+    made = st.TensorInspection(
+        **{f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
+    )
+    assert made == first and made.samples is first.samples
+    assert "samples=((0, Scalar(BF16, 1.5))" in repr(tensor.inspect(options))

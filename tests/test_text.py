@@ -333,3 +333,50 @@ def test_printing_reads_only_printed_elements() -> None:
     numbers = {int(n) for n in re.findall(r"\d+", text.split("data=", 1)[1])}
     rows = [0, 1, 2, 997, 998, 999]
     assert numbers == {r * 1000 + c for r in rows for c in rows}
+
+
+def sparse_suspects(dtype: st.DType, count: int, seed: int) -> st.Tensor:
+    """Ordinary values with a few that orjson writes differently (tiny, huge, NaN, inf)."""
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(count)
+    odd = rng.choice(count, size=max(1, count // 500), replace=False)
+    values[odd] = rng.choice([1e-7, -3.5e-5, 1.2345e14, 7e15, np.nan, np.inf, -np.inf], odd.size)
+    values[:2] = (1e-6, -1e-6)  # suspects at a group's start too
+    values[-1] = 2.5e13
+    return st.Tensor.from_numpy(values.astype(dtype.numpy))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 1 << 16])
+@pytest.mark.parametrize("dtype", [D.F32, D.F64, D.BF16, D.I64, D.BOOL])
+def test_json_text_in_chunks_matches_scalar_text(
+    dtype: st.DType, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from strided import _json
+
+    monkeypatch.setattr(_json, "_DUMP_CHUNK", chunk)
+    count = 3000 if chunk < 1000 else 150_000
+    if dtype is D.BOOL:
+        cases = [st.Tensor.from_numpy(np.random.default_rng(5).random(count) < 0.5)]
+    else:
+        cases = [random_bits(dtype, count, 5)]
+    if dtype.is_float:
+        cases.append(sparse_suspects(dtype, count, 6))
+    for t in cases:
+        text = t.to_json()
+        document = json.loads(text)
+        assert document == {"dtype": dtype.name, "shape": [count], "data": scalar_texts(t)}
+        assert text == json.dumps(document, separators=(",", ":"))
+        assert same_values(st.Tensor.from_json(text), t)
+    empty = st.Tensor.zeros(dtype, (0, 3))
+    assert empty.to_json() == f'{{"dtype":"{dtype.name}","shape":[0,3],"data":[]}}'
+
+
+def test_json_text_memory_is_twice_the_text() -> None:
+    t = sparse_suspects(D.F32, 1 << 20, 7)
+    tracemalloc.start()
+    try:
+        text = t.to_json()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 2 * len(text) + (2 << 20)  # the groups, the text, and chunk work space

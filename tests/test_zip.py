@@ -59,7 +59,8 @@ def oracle(data: bytes) -> dict[str, bytes]:
         max_size=6,
         unique_by=lambda member: member[0],
     ),
-    comment=hs.binary(max_size=40),
+    # A comment holding an end-record signature is ambiguous; zipfile itself misreads it.
+    comment=hs.binary(max_size=40).filter(lambda text: b"PK\x05\x06" not in text),
 )
 def test_zipfile_archives_read_as_zipfile_reads_them(
     members: list[tuple[str, bytes, int, bool]], comment: bytes

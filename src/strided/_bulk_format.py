@@ -22,6 +22,7 @@ the fastest path that is still exact:
 
 from __future__ import annotations
 
+import codecs
 import math
 import mmap
 from fractions import Fraction
@@ -38,7 +39,7 @@ try:
 except ImportError:  # optional: the exact per-element paths below are used instead
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["format_flat"]
+__all__ = ["format_flat", "quoted_groups"]
 
 # Overflow, underflow and invalid casts are expected and settled explicitly here, so
 # a caller's np.seterr(all="raise") must not turn them into FloatingPointError.
@@ -79,6 +80,63 @@ def _format_chunk(flat: np.ndarray, dtype: DType) -> str:
     if dtype is DType.F32 or dtype is DType.F64:
         return _format_wide(flat, dtype)
     return _format_small(flat, dtype)
+
+
+@_QUIET
+def quoted_groups(flat: np.ndarray, dtype: DType) -> list[str]:
+    """The canonical texts of a non-empty 1-D array, each in double quotes, in groups.
+
+    Joining the groups with ``","`` and adding a quote at both ends gives the inside of
+    a JSON array of the texts. The caller formats a few thousand elements at a time,
+    so the groups are the only large memory.
+    """
+    flat = np.ascontiguousarray(flat)
+    if (dtype is DType.F32 or dtype is DType.F64) and orjson is not None and _orjson_agrees(dtype):
+        groups = _wide_groups(flat)
+        if groups is not None:
+            return groups
+    return [format_flat(flat, dtype).replace(",", '","')]
+
+
+def _wide_groups(flat: np.ndarray) -> list[str] | None:
+    """F32/F64 through orjson: runs of canonical tokens in bulk, the others one by one.
+
+    orjson's token is canonical outside the suspect bands (see ``_canonicalize``), so
+    each run between suspect elements is quoted in bulk; a suspect element's token is
+    rewritten alone. Many suspects (tiny or huge values) go through ``_canonicalize``.
+    """
+    indices = np.flatnonzero(_suspects(flat))
+    try:
+        if indices.size > flat.size // 64:
+            body = _canonicalize(orjson.dumps(flat, option=_NUMPY_OPTION)[1:-1], flat)
+            return [body.replace(b",", b'","').decode("ascii")]
+        groups: list[str] = []
+        previous = 0
+        for index, value in zip(indices.tolist(), flat[indices].tolist(), strict=True):
+            if index > previous:
+                groups.append(_quoted_run(flat[previous:index]))
+            token = orjson.dumps(flat[index : index + 1], option=_NUMPY_OPTION)[1:-1]
+            groups.append(_canonical_token(token, value))
+            previous = index + 1
+        if previous < flat.size:
+            groups.append(_quoted_run(flat[previous:]))
+    except Exception:  # e.g. a big-endian host's non-native arrays: use the exact path
+        return None
+    return groups
+
+
+def _quoted_run(run: np.ndarray) -> str:
+    raw = orjson.dumps(run, option=_NUMPY_OPTION).replace(b",", b'","')
+    return codecs.ascii_decode(memoryview(raw)[1:-1])[0]  # no copy of the inside first
+
+
+def _suspects(flat: np.ndarray) -> np.ndarray:
+    """Where orjson's token may differ from the canonical text (see ``_BANDS``)."""
+    magnitude = np.abs(flat)
+    suspect = ~np.isfinite(flat)
+    for low, high in _BANDS:
+        suspect |= (magnitude >= low) & (magnitude < high)
+    return np.asarray(suspect)
 
 
 # -- orjson ------------------------------------------------------------------------
@@ -127,11 +185,7 @@ def _format_wide(flat: np.ndarray, dtype: DType) -> str:
 
 def _canonicalize(body: bytes, flat: np.ndarray) -> bytes:
     """Rewrite the tokens of orjson's ``body`` that are not canonical text."""
-    magnitude = np.abs(flat)
-    suspect = ~np.isfinite(flat)
-    for low, high in _BANDS:
-        suspect |= (magnitude >= low) & (magnitude < high)
-    indices = np.flatnonzero(suspect)
+    indices = np.flatnonzero(_suspects(flat))
     if indices.size == 0:
         return body
     commas = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == ord(","))

@@ -8,19 +8,21 @@ as a tensor's storage.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable
-from itertools import islice
+from collections.abc import Iterable, Iterator
+from itertools import chain, islice
 from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
+from ._convert import convert_array
 from ._dtype import DType
-from ._errors import DTypeError, FormatError, LimitError, ShapeError
+from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
 from ._limits import MAX_RANK, check_dims
 from ._scalar import Scalar
 from ._shape import Shape
 
 __all__ = [
+    "NumericRows",
     "ReadOnlyMemory",
     "borrow",
     "fresh_view",
@@ -219,10 +221,19 @@ def _immutable(data: object, view: memoryview) -> bool:
 def storage_from_values(
     dtype: DType, dims: tuple[int, ...], values: Iterable[object]
 ) -> np.ndarray:
-    """A flat array of ``values`` converted exactly (as ``Scalar(dtype, v)``)."""
+    """A flat array of ``values`` converted exactly (as ``Scalar(dtype, v)``).
+
+    Python ints, floats and bools (``NumericRows``, or a list of them) are converted in
+    bulk when the bulk result is provably the exact one; anything else, and any bulk
+    conversion that fails or cannot be proven exact, goes value by value.
+    """
     numel = 1
     for dim in dims:
         numel *= dim
+    if isinstance(values, NumericRows):
+        fast = _bulk_numbers(dtype, values, numel)
+        if fast is not None:
+            return fast
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise FormatError(
             f"from_scalars: values must be an iterable, found {type(values).__name__}"
@@ -232,10 +243,97 @@ def storage_from_values(
     if len(taken) != numel:
         found = f"more than {numel}" if len(taken) > numel else str(len(taken))
         raise ShapeError(f"from_scalars: shape {list(dims)} needs {numel} values, found {found}")
+    if not isinstance(values, NumericRows):
+        types = set(map(type, taken))
+        if types <= _NUMBERS:
+            fast = _bulk_numbers(dtype, NumericRows([taken], frozenset(types)), numel)
+            if fast is not None:
+                return fast
     exact = [Scalar(dtype, value).value for value in taken]
     return np.array(
         exact, dtype=dtype.numpy if dtype.is_integer or dtype is DType.BOOL else np.float64
     ).astype(dtype.numpy, copy=False)
+
+
+# -- bulk conversion of Python numbers ------------------------------------------------
+
+_NUMBERS = frozenset({int, float, bool})
+_CONTAINERS = frozenset({list, tuple})
+# NumPy rounds a Python float (a double) once, correctly, into these dtypes.
+_DIRECT_FLOATS = (DType.F64, DType.F32, DType.F16)
+_EXACT_INTS = 2.0**53  # below this magnitude every int is exactly a float64
+
+
+class NumericRows:
+    """The leaves of regular nested lists whose innermost lists hold only Python numbers.
+
+    ``rows`` are the innermost lists or tuples (all of one length; the containers above
+    them are exactly lists or tuples too), ``types`` the leaf types found (a subset of
+    int, float, bool: exact types, no subclasses). Iterating yields the leaves in
+    row-major order, as the value-by-value path takes them; ``storage_from_values``
+    converts the rows in bulk instead.
+    """
+
+    __slots__ = ("rows", "types")
+
+    def __init__(self, rows: list[Any], types: frozenset[type]) -> None:
+        self.rows = rows
+        self.types = types
+
+    def __iter__(self) -> Iterator[object]:
+        return chain.from_iterable(self.rows)
+
+
+def _bulk_numbers(dtype: DType, values: NumericRows, numel: int) -> np.ndarray | None:
+    """The exact flat array of ``values`` in ``dtype``, or None to go value by value.
+
+    None whenever a value does not convert (out of range, not integral, overflow: the
+    value-by-value path then raises its own error) or exactness is not proven.
+    """
+    try:
+        with np.errstate(all="ignore"):  # every conversion below is checked explicitly
+            flat = _convert_rows(dtype, values.rows, values.types)
+    except (DataError, OverflowError, ValueError, TypeError):
+        return None
+    if flat is None or flat.size != numel:
+        return None
+    return flat
+
+
+def _convert_rows(dtype: DType, rows: list[Any], types: frozenset[type]) -> np.ndarray | None:
+    ints, floats = int in types, float in types
+    if dtype.is_float and not ints and dtype in _DIRECT_FLOATS:
+        direct = np.array(rows, dtype=dtype.numpy).reshape(-1)
+        # An infinity may be a finite value that overflowed: settled on the F64 path.
+        if dtype is DType.F64 or not np.isinf(direct).any():
+            return direct
+    if not floats and not dtype.is_float:
+        return _ints_to_int(dtype, rows)
+    if not floats:
+        if dtype is DType.F64:
+            return np.array(rows, dtype=np.float64).reshape(-1)  # ints round once (or raise)
+        # Every int of int64 rounds exactly once through convert (no float on the way).
+        return convert_array(np.array(rows, dtype=np.int64).reshape(-1), DType.I64, dtype)
+    wide = np.array(rows, dtype=np.float64).reshape(-1)
+    if ints and dtype is not DType.F64:
+        # An int above 2**53 may have been rounded to F64, and rounding again could
+        # differ from rounding it once. NaN and infinities can only come from floats.
+        finite = np.where(np.isfinite(wide), np.abs(wide), 0.0)
+        if wide.size and float(finite.max()) >= _EXACT_INTS:
+            return None
+    if dtype is DType.F64:
+        return wide
+    return convert_array(wide, DType.F64, dtype)  # RangeError when a value does not fit
+
+
+def _ints_to_int(dtype: DType, rows: list[Any]) -> np.ndarray | None:
+    """Python ints and bools into an integer dtype or BOOL (OverflowError when out of range)."""
+    if dtype is not DType.BOOL:
+        return np.array(rows, dtype=dtype.numpy).reshape(-1)  # NumPy refuses out-of-range ints
+    small = np.array(rows, dtype=np.int8).reshape(-1)
+    if small.size and (int(small.min()) < 0 or int(small.max()) > 1):
+        return None
+    return small.view(np.bool_)
 
 
 def python_values(array: np.ndarray, dtype: DType) -> Any:
@@ -250,10 +348,15 @@ def python_values(array: np.ndarray, dtype: DType) -> Any:
 _ML_DTYPES = frozenset(dtype for dtype in DType if dtype.numpy.kind == "V")
 
 
-def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:
-    """The shape and flat row-major leaves of nested lists/tuples, without recursion."""
+def nested_shape(values: object) -> tuple[tuple[int, ...], Iterable[object]]:
+    """The shape and row-major leaves of nested lists/tuples, without recursion.
+
+    The leaves are a list, or ``NumericRows`` when every container is exactly a list or
+    tuple and every leaf exactly an int, float or bool (then they convert in bulk).
+    """
     dims: list[int] = []
     level: list[object] = [values]
+    plain = True  # every container so far is exactly a list or a tuple
     while True:
         sequences = [isinstance(item, (list, tuple)) for item in level]
         if not any(sequences):
@@ -271,7 +374,22 @@ def nested_shape(values: object) -> tuple[tuple[int, ...], list[object]]:
         if dims[-1] == 0:
             # An empty level: nothing below it, so the remaining shape is what we have.
             return check_dims(dims), []
+        plain = plain and set(map(type, level)) <= _CONTAINERS
+        types = _leaf_types(level) if plain else None
+        if types is not None:
+            # The next level would be all leaves: no sequence there, so this is the shape.
+            return check_dims(dims), NumericRows(level, types)
         level = [leaf for item in level for leaf in item]  # type: ignore[attr-defined]
+
+
+def _leaf_types(rows: list[Any]) -> frozenset[type] | None:
+    """The types in ``rows`` when they are all exactly int, float or bool, else None."""
+    found: set[type] = set()
+    for row in rows:
+        found.update(map(type, row))
+        if not found <= _NUMBERS:
+            return None
+    return frozenset(found)
 
 
 def check_numpy_input(array: object) -> np.ndarray:

@@ -11,6 +11,7 @@ sampled elements).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, cast
@@ -71,7 +72,8 @@ class TensorInspection:
     """The result of ``Tensor.inspect``: layout facts, the samples, and statistics over them.
 
     ``samples`` is a tuple of ``(flat_index, Scalar)`` in increasing logical row-major
-    order; ``sampled`` is their count and ``complete`` says every element was read.
+    order (built on first read: the statistics need no Python object per sample);
+    ``sampled`` is their count and ``complete`` says every element was read.
     The statistics cover the samples only. ``min`` / ``max`` ignore NaN and are None
     when no non-NaN sample exists; between zeros of both signs ``min`` is ``-0.0`` and
     ``max`` is ``0.0`` (IEEE 754-2019 minimum / maximum). ``nan_count`` and
@@ -134,9 +136,7 @@ def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspecti
     positions = _positions(options.strategy, count, numel)
     values = _gather(array, positions)
     stats = _statistics(values, dtype)
-    exact = python_values(values, dtype)
-    scalars = map(Scalar._trusted, repeat(dtype), exact)
-    samples = tuple(zip(positions.tolist(), scalars, strict=True))
+    samples: Any = _Pending(positions, values, dtype)
     return TensorInspection(
         dtype=dtype,
         shape=tensor.shape,
@@ -150,6 +150,60 @@ def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspecti
         complete=count == numel,
         **stats,
     )
+
+
+class _Pending:
+    """Gathered samples not yet turned into ``(flat_index, Scalar)`` pairs.
+
+    ``positions`` and ``values`` are fresh small arrays (a gather copies), so a pending
+    result holds no reference to the tensor's storage.
+    """
+
+    __slots__ = ("dtype", "positions", "values")
+
+    def __init__(self, positions: np.ndarray, values: np.ndarray, dtype: DType) -> None:
+        self.positions = positions
+        self.values = values
+        self.dtype = dtype
+
+    def build(self) -> tuple[tuple[int, Scalar], ...]:
+        exact = python_values(self.values, self.dtype)
+        # Scalars straight through their slots, with C-level loops: a Python call per
+        # sample would cost more than everything else inspect does.
+        scalars = list(map(_new, repeat(Scalar, len(exact))))
+        deque(map(_set_dtype, scalars, repeat(self.dtype)), maxlen=0)
+        deque(map(_set_value, scalars, map(_CAST[self.dtype], exact)), maxlen=0)
+        return tuple(zip(self.positions.tolist(), scalars, strict=True))
+
+
+class _LazySamples:
+    """``TensorInspection.samples``: stored in the field's slot, built on first read."""
+
+    def __init__(self, slot: Any) -> None:
+        self._slot = slot
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = self._slot.__get__(obj, owner)
+        if type(value) is _Pending:
+            value = value.build()
+            self._slot.__set__(obj, value)
+        return value
+
+    def __set__(self, obj: object, value: object) -> None:
+        self._slot.__set__(obj, value)
+
+
+# The dataclass keeps ``samples`` as a field (its __init__, __eq__, __repr__, __hash__ and
+# pickling all read it through this descriptor); only its storage is deferred.
+setattr(TensorInspection, "samples", _LazySamples(TensorInspection.__dict__["samples"]))  # noqa: B010
+_new = object.__new__
+_set_dtype = Scalar.__dict__["_dtype"].__set__
+_set_value = Scalar.__dict__["_value"].__set__
+_CAST = {
+    dtype: bool if dtype is DType.BOOL else float if dtype.is_float else int for dtype in DType
+}
 
 
 def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._bulk_format import format_flat
+from ._bulk_format import format_flat, quoted_groups
 from ._bulk_parse import parse_list, parse_quoted
 from ._dtype import DType
 from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
@@ -35,6 +35,7 @@ __all__ = ["document", "dumps", "from_document", "loads"]
 _KEYS = ("dtype", "shape", "data")
 _CANONICAL = {dtype.name: dtype for dtype in DType}
 _MAX_BRACKETS = 64
+_DUMP_CHUNK = 1 << 16  # entries formatted per step by dumps
 _FAST_HEAD = re.compile(
     rb'\{"dtype":"([A-Z0-9_]{1,8})","shape":\['
     rb"((?:0|[1-9][0-9]{0,18})(?:,(?:0|[1-9][0-9]{0,18})){0,31})?"
@@ -49,11 +50,22 @@ def document(dtype: DType, flat: np.ndarray, dims: tuple[int, ...]) -> dict[str,
 
 
 def dumps(dtype: DType, flat: np.ndarray, dims: tuple[int, ...]) -> str:
-    """The compact JSON text of a flat row-major array (canonical strings need no escapes)."""
-    body = format_flat(flat, dtype)
-    data = '["' + body.replace(",", '","') + '"]' if body else "[]"
+    """The compact JSON text of a flat row-major array (canonical strings need no escapes).
+
+    The entries are formatted ``_DUMP_CHUNK`` at a time into quoted groups, and one join
+    writes the document: the memory is the groups plus the result (twice the text) and
+    a few MiB of work space.
+    """
     shape = ",".join(map(str, dims))
-    return f'{{"dtype":"{dtype.name}","shape":[{shape}],"data":{data}}}'
+    head = f'{{"dtype":"{dtype.name}","shape":[{shape}],"data":['
+    if flat.size == 0:
+        return head + "]}"
+    groups: list[str] = []
+    for start in range(0, flat.size, _DUMP_CHUNK):
+        groups.extend(quoted_groups(flat[start : start + _DUMP_CHUNK], dtype))
+    groups[0] = head + '"' + groups[0]
+    groups[-1] += '"]}'
+    return '","'.join(groups)
 
 
 def loads(text: object) -> tuple[DType, tuple[int, ...], np.ndarray]:

@@ -58,7 +58,9 @@ _GUARDED: set[Callable[..., Any]] = set()
 
 def out_of_memory(what: str) -> LimitError:
     """The LimitError for a result of legal size that still does not fit in memory."""
-    return LimitError(f"{what}: the result does not fit in memory")
+    error = LimitError(f"{what}: the result does not fit in memory")
+    error._out_of_memory = True  # type: ignore[attr-defined]
+    return error
 
 
 def view_only(function: F) -> F:
@@ -79,6 +81,11 @@ def guard_function(function: F, name: str | None = None) -> F:
             return function(*args, **kwargs)
         except MemoryError:
             raise out_of_memory(what) from None
+        except LimitError as error:
+            # Raised by a guarded inner call: name the operation the caller asked for.
+            if getattr(error, "_out_of_memory", False):
+                raise out_of_memory(what) from None
+            raise
 
     _GUARDED.add(guarded)
     return guarded  # type: ignore[return-value]
