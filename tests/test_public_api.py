@@ -50,3 +50,21 @@ def test_public_names_have_docstrings() -> None:
         value = getattr(st, name)
         if callable(value) and not isinstance(value, type(st.DType.I8)):
             assert (value.__doc__ or "").strip(), name
+
+
+def test_optional_extras_are_never_imported_statically() -> None:
+    """``mypy --strict src`` must pass without the optional extras installed: no module
+    may import them by statement (they are looked up by name at run time)."""
+    import ast
+    from pathlib import Path
+
+    optional = {"orjson", "dask", "distributed", "httpx", "torch", "pickle"}
+    for path in Path(st.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module.split(".")[0]]
+            else:
+                continue
+            assert not optional & set(names), f"{path.name} imports {names}"

@@ -23,6 +23,7 @@ the fastest path that is still exact:
 from __future__ import annotations
 
 import codecs
+import importlib
 import math
 import mmap
 from fractions import Fraction
@@ -34,10 +35,17 @@ import numpy as np
 from ._dtype import DType
 from ._floats import render, shortest_text
 
-try:
-    import orjson
-except ImportError:  # optional: the exact per-element paths below are used instead
-    orjson = None  # type: ignore[assignment]
+
+def _optional_orjson() -> Any:
+    # Imported by name so that type checking does not depend on the optional extra
+    # being installed; without it the exact per-element paths below are used.
+    try:
+        return importlib.import_module("orjson")
+    except ImportError:
+        return None
+
+
+orjson: Any = _optional_orjson()
 
 __all__ = ["format_flat", "quoted_groups"]
 
