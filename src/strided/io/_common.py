@@ -27,7 +27,7 @@ import secrets
 import stat
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any, Self
+from typing import IO, Any, Self, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "atomic_write",
     "checked_shape",
     "file_size",
+    "index_shards",
     "label",
     "map_file",
     "open_regular",
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+S = TypeVar("S")
 
 # Non-contiguous views are written in pieces of about this many bytes, so saving a
 # transposed view never needs a second full-size copy in memory.
@@ -281,6 +283,78 @@ def write_logical(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
     for start in range(0, array.shape[0], rows):
         # A piece of whole rows; a single row larger than a chunk is split further.
         write_logical(file, array[start : start + rows] if rows > 1 else array[start])
+
+
+# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
+MAX_INDEX_BYTES = 100_000_000
+_INDEX_DEPTH = 16
+
+
+def index_shards(
+    path: str, open_shard: Callable[[str], S], names_in: Callable[[S], Iterable[str]]
+) -> list[S]:
+    """The shards a ``*.index.json`` names (``{"metadata": ..., "weight_map": ...}``).
+
+    ``weight_map`` maps each tensor name to a plain file name in the index's folder;
+    each shard is opened with ``open_shard`` and must hold exactly the names mapped to
+    it (``names_in``). Shards come in file-name order. Anything else is a FormatError
+    (LimitError past the size cap) naming the index.
+    """
+    from .._limits import describe
+    from .._strict_json import loads_strict
+
+    with open_regular(path) as file:
+        size = file_size(file)
+        if size > MAX_INDEX_BYTES:
+            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {MAX_INDEX_BYTES}")
+        data = read_exact(file, size, path, "index")
+    index = loads_strict(data, path, _INDEX_DEPTH)
+    if type(index) is not dict:
+        raise FormatError(f"{path}: the index must be a JSON object of metadata and weight_map")
+    unexpected = sorted(key[:40] for key in index if key not in ("metadata", "weight_map"))
+    if unexpected:
+        raise FormatError(f"{path}: unexpected keys {unexpected} (only metadata and weight_map)")
+    if type(index.get("metadata", {})) is not dict:
+        raise FormatError(f"{path}: metadata must be an object")
+    weight_map = index.get("weight_map")
+    if type(weight_map) is not dict or not weight_map:
+        raise FormatError(f"{path}: weight_map must be a non-empty object of name -> shard file")
+    expected: dict[str, set[str]] = {}
+    for name, shard_name in weight_map.items():
+        if not _is_plain_file_name(shard_name):
+            raise FormatError(
+                f"{path}: weight_map[{name[:80]!r}] = {describe(shard_name)} is not a plain "
+                "file name in the index's folder"
+            )
+        expected.setdefault(shard_name, set()).add(name)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    for shard_name in sorted(expected):
+        shard_path = os.path.join(folder, shard_name)
+        if not os.path.isfile(shard_path):
+            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
+        shard = open_shard(shard_path)
+        held = set(names_in(shard))
+        if held != expected[shard_name]:
+            missing = sorted(expected[shard_name] - held)[:5]
+            extra = sorted(held - expected[shard_name])[:5]
+            raise FormatError(
+                f"{path}: shard {shard_name!r} does not match weight_map "
+                f"(missing {missing}, not listed {extra})"
+            )
+        shards.append(shard)
+    return shards
+
+
+def _is_plain_file_name(name: object) -> bool:
+    return (
+        type(name) is str
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and os.path.basename(name) == name
+    )
 
 
 class TensorNames:

@@ -33,7 +33,6 @@ dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,16 +44,15 @@ from .._dtype import DType
 from .._errors import FormatError, IndexingError, LimitError
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
-from .._strict_json import loads_strict
 from .._tensor import Tensor
 from ._common import (
     PathLike,
     TensorNames,
     file_size,
+    index_shards,
     label,
     map_file,
     open_regular,
-    read_exact,
     tensor_of,
 )
 from ._pickle import interpret
@@ -67,8 +65,6 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 _MAX_NESTING = 256  # dicts/lists/tuples inside each other
 _MAX_NAME = 1 << 16  # characters in a dotted name
-_MAX_INDEX_BYTES = 100_000_000
-_INDEX_DEPTH = 16
 _LEAVES = (type(None), bool, int, float, str)
 
 Leaf = str | int | float | bool | list[int] | None
@@ -439,52 +435,4 @@ def load_pytorch(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
 
 
 def _index_shards(path: str) -> list[_Shard]:
-    with open_regular(path) as file:
-        size = file_size(file)
-        if size > _MAX_INDEX_BYTES:
-            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {_MAX_INDEX_BYTES}")
-        data = read_exact(file, size, path, "index")
-    index = loads_strict(data, path, _INDEX_DEPTH)
-    if type(index) is not dict or not set(index) <= {"metadata", "weight_map"}:
-        raise FormatError(f"{path}: the index must be an object of metadata and weight_map")
-    if type(index.get("metadata", {})) is not dict:
-        raise FormatError(f"{path}: metadata must be an object")
-    weight_map = index.get("weight_map")
-    if type(weight_map) is not dict or not weight_map:
-        raise FormatError(f"{path}: weight_map must be a non-empty object of name -> shard file")
-    expected: dict[str, set[str]] = {}
-    for name, shard_name in weight_map.items():
-        if not _is_plain_file_name(shard_name):
-            raise FormatError(
-                f"{path}: weight_map[{name[:80]!r}] = {describe(shard_name)} is not a plain "
-                "file name in the index's folder"
-            )
-        expected.setdefault(shard_name, set()).add(name)
-    folder = os.path.dirname(os.path.abspath(path))
-    shards = []
-    for shard_name in sorted(expected):
-        shard_path = os.path.join(folder, shard_name)
-        if not os.path.isfile(shard_path):
-            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
-        shard = _Shard(shard_path)
-        held = set(shard.tensors)
-        if held != expected[shard_name]:
-            missing = sorted(expected[shard_name] - held)[:5]
-            extra = sorted(held - expected[shard_name])[:5]
-            raise FormatError(
-                f"{path}: shard {shard_name!r} does not match weight_map "
-                f"(missing {missing}, not listed {extra})"
-            )
-        shards.append(shard)
-    return shards
-
-
-def _is_plain_file_name(name: object) -> bool:
-    return (
-        type(name) is str
-        and name not in ("", ".", "..")
-        and "/" not in name
-        and "\\" not in name
-        and "\x00" not in name
-        and os.path.basename(name) == name
-    )
+    return index_shards(path, _Shard, lambda shard: shard.tensors)

@@ -26,27 +26,22 @@ from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
-from .._strict_json import loads_strict
 from .._tensor import Tensor
 from ._common import (
     PathLike,
     TensorNames,
     atomic_write,
     file_size,
+    index_shards,
     label,
     map_file,
     open_regular,
-    read_exact,
     tensor_of,
     write_logical,
 )
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
-
-# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
-_MAX_INDEX_BYTES = MAX_HEADER_BYTES
-_INDEX_DEPTH = 16
 
 
 class _Shard:
@@ -211,59 +206,7 @@ def load_safetensors(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
 
 
 def _index_shards(path: str) -> list[_Shard]:
-    with open_regular(path) as file:
-        size = file_size(file)
-        if size > _MAX_INDEX_BYTES:
-            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {_MAX_INDEX_BYTES}")
-        data = read_exact(file, size, path, "index")
-    index = loads_strict(data, path, _INDEX_DEPTH)
-    if type(index) is not dict:
-        raise FormatError(f"{path}: the index must be a JSON object")
-    unexpected = sorted(key[:40] for key in index if key not in ("metadata", "weight_map"))
-    if unexpected:
-        raise FormatError(f"{path}: unexpected keys {unexpected} (only metadata, weight_map)")
-    if type(index.get("metadata", {})) is not dict:
-        raise FormatError(f"{path}: metadata must be an object")
-    weight_map = index.get("weight_map")
-    if type(weight_map) is not dict or not weight_map:
-        raise FormatError(f"{path}: weight_map must be a non-empty object of name -> shard file")
-    folder = os.path.dirname(os.path.abspath(path))
-    expected: dict[str, set[str]] = {}
-    for name, shard_name in weight_map.items():
-        if not _is_plain_file_name(shard_name):
-            shown = shard_name[:80] if type(shard_name) is str else type(shard_name).__name__
-            raise FormatError(
-                f"{path}: weight_map[{name[:80]!r}] = {shown!r} is not a plain file name "
-                "in the index's folder"
-            )
-        expected.setdefault(shard_name, set()).add(name)
-    shards = []
-    for shard_name in sorted(expected):
-        shard_path = os.path.join(folder, shard_name)
-        if not os.path.isfile(shard_path):
-            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
-        shard = _Shard(shard_path)
-        held = set(shard.entries)
-        if held != expected[shard_name]:
-            missing = sorted(expected[shard_name] - held)[:5]
-            extra = sorted(held - expected[shard_name])[:5]
-            raise FormatError(
-                f"{path}: shard {shard_name!r} does not match weight_map "
-                f"(missing {missing}, not listed {extra})"
-            )
-        shards.append(shard)
-    return shards
-
-
-def _is_plain_file_name(name: object) -> bool:
-    return (
-        type(name) is str
-        and name not in ("", ".", "..")
-        and "/" not in name
-        and "\\" not in name
-        and "\x00" not in name
-        and os.path.basename(name) == name
-    )
+    return index_shards(path, _Shard, lambda shard: shard.entries)
 
 
 @guard_function
