@@ -27,7 +27,7 @@ import secrets
 import stat
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -43,9 +43,11 @@ __all__ = [
     "atomic_write",
     "checked_shape",
     "file_size",
+    "fsync_path",
     "index_shards",
     "label",
     "map_file",
+    "merge_shards",
     "open_regular",
     "read_exact",
     "tensor_of",
@@ -229,7 +231,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> None:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror or str(exc), target) from None
         raise
-    _fsync_folder(folder)
+    fsync_path(folder)
 
 
 def _create_beside(folder: str, name: str, target: str) -> tuple[int, str]:
@@ -247,10 +249,10 @@ def _create_beside(folder: str, name: str, target: str) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", target)
 
 
-def _fsync_folder(folder: str) -> None:
-    # Makes the rename itself durable; best effort (not every filesystem allows it).
+def fsync_path(path: str) -> None:
+    """Best-effort fsync of a file or folder by path (makes renames in a folder durable)."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -355,6 +357,41 @@ def _is_plain_file_name(name: object) -> bool:
         and "\x00" not in name
         and os.path.basename(name) == name
     )
+
+
+class _Shard(Protocol):
+    where: str
+    metadata: Any
+
+
+Sh = TypeVar("Sh", bound=_Shard)
+E = TypeVar("E")
+
+
+def merge_shards(
+    path: str, shards: Iterable[Sh], tensors_of: Callable[[Sh], dict[str, E]]
+) -> tuple[dict[str, tuple[Sh, E]], dict[str, Any]]:
+    """One name table ``name -> (shard, entry)`` and one metadata dict over ``shards``.
+
+    Each shard has ``where`` and ``metadata``; ``tensors_of(shard)`` gives its entries.
+    A name in two shards, or a metadata key with two values, is a FormatError.
+    """
+    by_name: dict[str, tuple[Sh, E]] = {}
+    metadata: dict[str, Any] = {}
+    for shard in shards:
+        for name, entry in tensors_of(shard).items():
+            if name in by_name:
+                other = by_name[name][0].where
+                raise FormatError(
+                    f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
+                )
+            by_name[name] = (shard, entry)
+        for key, value in shard.metadata.items():
+            if metadata.setdefault(key, value) != value:
+                raise FormatError(
+                    f"{path}: shards disagree on metadata {key[:80]!r} ({shard.where})"
+                )
+    return by_name, metadata
 
 
 class TensorNames:

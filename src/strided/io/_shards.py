@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from .._errors import FormatError, LimitError
 from .._shape import Shape
-from ._common import label
+from ._common import fsync_path, label
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER
 
 __all__ = [
@@ -377,17 +377,3 @@ def commit_folder(
     finally:
         sweeper.forget(building)
     fsync_path(parent)
-
-
-def fsync_path(path: str) -> None:
-    """Best-effort fsync of a file or folder by path (makes renames in a folder durable)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

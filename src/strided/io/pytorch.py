@@ -52,6 +52,7 @@ from ._common import (
     index_shards,
     label,
     map_file,
+    merge_shards,
     open_regular,
     tensor_of,
 )
@@ -341,24 +342,13 @@ class PyTorchFile(TensorNames):
 
     __slots__ = ("_copy", "_metadata", "_path")
 
+    _by_name: dict[str, tuple[_Shard, TensorRef]]
+
     def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
         """Private: use ``open_pytorch``."""
         self._path = path
         self._copy = copy
-        self._by_name: dict[str, tuple[_Shard, TensorRef]] = {}
-        self._metadata: dict[str, Leaf] = {}
-        for shard in shards:
-            for name, ref in shard.tensors.items():
-                if name in self._by_name:
-                    other = self._by_name[name][0].where
-                    raise FormatError(
-                        f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
-                    )
-                self._by_name[name] = (shard, ref)
-            for key, value in shard.metadata.items():
-                if key in self._metadata and self._metadata[key] != value:
-                    raise FormatError(f"{path}: shards disagree on metadata {key[:80]!r}")
-                self._metadata[key] = value
+        self._by_name, self._metadata = merge_shards(path, shards, lambda shard: shard.tensors)
 
     @property
     def path(self) -> str:

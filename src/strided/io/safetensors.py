@@ -35,6 +35,7 @@ from ._common import (
     index_shards,
     label,
     map_file,
+    merge_shards,
     open_regular,
     tensor_of,
     write_logical,
@@ -71,25 +72,13 @@ class SafetensorsFile(TensorNames):
 
     __slots__ = ("_copy", "_metadata", "_path")
 
+    _by_name: dict[str, tuple[_Shard, Entry]]
+
     def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
         """Private: use ``open_safetensors``."""
         self._path = path
         self._copy = copy
-        self._by_name: dict[str, tuple[_Shard, Entry]] = {}
-        self._metadata: dict[str, str] = {}
-        for shard in shards:
-            for name, entry in shard.entries.items():
-                if name in self._by_name:
-                    other = self._by_name[name][0].where
-                    raise FormatError(
-                        f"{path}: tensor {name[:80]!r} appears in both {other} and {shard.where}"
-                    )
-                self._by_name[name] = (shard, entry)
-            for key, value in shard.metadata.items():
-                if self._metadata.setdefault(key, value) != value:
-                    raise FormatError(
-                        f"{path}: shards disagree on __metadata__[{key[:80]!r}] ({shard.where})"
-                    )
+        self._by_name, self._metadata = merge_shards(path, shards, lambda shard: shard.entries)
 
     @property
     def path(self) -> str:
