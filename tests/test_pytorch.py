@@ -308,6 +308,28 @@ def test_real_model_round_trips_bit_identical(tmp_path: Path) -> None:
         reference = st.load_safetensors(Path(location) / files[0])
         for name, tensor in reference.items():
             assert strided_bytes(opened.get(name)) == strided_bytes(tensor)
+        # The command line converts the pickle checkpoint into the same weights, and into
+        # the very file strided writes from the safetensors original.
+        converted = tmp_path / f"minilm-{fmt}.safetensors"
+        rewritten = tmp_path / f"minilm-{fmt}-original.safetensors"
+        strided = str(Path(sys.executable).parent / "strided")
+        for source, target in ((path, converted), (Path(location) / files[0], rewritten)):
+            result = subprocess.run(
+                [strided, "convert", str(source), str(target)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert result.returncode == 0, result.stderr
+        assert (
+            st.open_checkpoint(converted).digest()
+            == st.open_checkpoint(Path(location) / files[0]).digest()
+        )
+        back = st.load_safetensors(converted)
+        assert sorted(back) == sorted(reference)
+        for name, tensor in reference.items():
+            assert back[name] == tensor
+        assert st.open_checkpoint(rewritten).digest() == st.open_checkpoint(converted).digest()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
