@@ -17,7 +17,7 @@ from .._inspect import TensorInspectionOptions
 from .._jobs import JobError, Runner, opened, sharing, where
 from .._scalar import Scalar
 from ._text import byte_size, count_text, safe
-from ._verify import exact_row, scan_checkpoint
+from ._verify import exact_row, header_row, scan_checkpoint
 
 __all__ = ["inspect_task", "run_inspect"]
 
@@ -126,15 +126,7 @@ def _summarized(value: Any) -> Any:
 
 
 def _summarize(checkpoint: Checkpoint, name: str, options: Any) -> dict[str, Any]:
-    info = checkpoint.info(name)
-    row: dict[str, Any] = {
-        "name": name,
-        "dtype": info.dtype,
-        "shape": list(info.shape),
-        "numel": info.shape.numel,
-        "bytes": info.byte_len,
-        "count": 1,
-    }
+    row = header_row(checkpoint, name)
     if not checkpoint.readable(name):
         return row
     found = checkpoint.inspect(name, options)

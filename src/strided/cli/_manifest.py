@@ -18,6 +18,7 @@ from typing import Any
 from .._errors import FormatError, LimitError
 from .._strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
+from ._text import escape_char
 
 __all__ = ["Manifest", "escaped_line", "read_manifest"]
 
@@ -29,19 +30,7 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def _escape(char: str) -> str:
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    if char.isprintable():
-        return char
-    code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x100
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else f"\\U{code:08x}"
-    )
+    return escape_char(char, _NAMED) if char in _NAMED or not char.isprintable() else char
 
 
 def escaped_line(digest: str, name: str) -> str:

@@ -33,21 +33,18 @@ def safe(text: str) -> str:
     """
     if text.isprintable():
         return text
-    return "".join(char if char.isprintable() else _escape(char) for char in text)
+    return "".join(char if char.isprintable() else escape_char(char) for char in text)
 
 
-def _escape(char: str) -> str:
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
+def escape_char(char: str, named: dict[str, str] = _NAMED) -> str:
+    """One character as an escape: ``named`` first, then ``\\xNN``, ``\\uNNNN``, ``\\UNNNNNNNN``."""
+    found = named.get(char)
+    if found is not None:
+        return found
     code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x100
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else f"\\U{code:08x}"
-    )
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def one_line(error: BaseException) -> str:

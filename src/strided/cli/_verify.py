@@ -17,7 +17,7 @@ from ._text import byte_size, index_text, safe
 if TYPE_CHECKING:
     from ._manifest import Manifest
 
-__all__ = ["CommandFailure", "exact_row", "run_verify", "scan_checkpoint"]
+__all__ = ["CommandFailure", "exact_row", "header_row", "run_verify", "scan_checkpoint"]
 
 
 class CommandFailure(Exception):
@@ -64,10 +64,10 @@ def scan_checkpoint(
     return found
 
 
-def exact_row(checkpoint: Checkpoint, name: str, totals: Totals | None) -> dict[str, Any]:
-    """A row of exact statistics (the inspect row's keys; ``first_nonfinite`` a multi-index)."""
+def header_row(checkpoint: Checkpoint, name: str) -> dict[str, Any]:
+    """A table row of what the header says: name, dtype, shape, numel, bytes, count 1."""
     info = checkpoint.info(name)
-    row: dict[str, Any] = {
+    return {
         "name": name,
         "dtype": info.dtype,
         "shape": list(info.shape),
@@ -75,6 +75,12 @@ def exact_row(checkpoint: Checkpoint, name: str, totals: Totals | None) -> dict[
         "bytes": info.byte_len,
         "count": 1,
     }
+
+
+def exact_row(checkpoint: Checkpoint, name: str, totals: Totals | None) -> dict[str, Any]:
+    """A row of exact statistics (the inspect row's keys; ``first_nonfinite`` a multi-index)."""
+    info = checkpoint.info(name)
+    row = header_row(checkpoint, name)
     if totals is None:
         return row
     dtype = DType[info.dtype] if has_dtype(info.dtype) else DType.F32
