@@ -29,7 +29,7 @@ from .io import (
     save_safetensors,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "MAX_ELEMENTS",
