@@ -220,13 +220,7 @@ def _add_jobs(command: argparse.ArgumentParser) -> None:
 
 
 def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError("must be between 1 and 1024")
-    return value
+    return _integer(text, 1, 1024)
 
 
 def _tolerance(text: str) -> float:
@@ -240,13 +234,7 @@ def _tolerance(text: str) -> float:
 
 
 def _ulps(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+    return _integer(text, 0)
 
 
 def _size(text: str) -> int:
@@ -259,12 +247,19 @@ def _size(text: str) -> int:
 
 
 def _samples(text: str) -> int:
+    return _integer(text, 0, MAX_INSPECTION_SAMPLES)
+
+
+def _integer(text: str, low: int, high: int | None = None) -> int:
+    """``text`` as an int in ``[low, high]`` (no upper bound without ``high``)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value <= MAX_INSPECTION_SAMPLES:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_INSPECTION_SAMPLES}")
+    if high is None and value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}")
+    if high is not None and not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {high}")
     return value
 
 
