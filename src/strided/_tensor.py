@@ -39,6 +39,7 @@ from ._construct import (
 from ._dtype import DType, as_dtype, finite_range
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._inspect import InspectMethods
+from ._interop import InteropMethods, foreign_hint
 from ._limits import check_dims, int_text
 from ._memory import guard_function, view_only
 from ._reduce import ReduceMethods
@@ -55,7 +56,9 @@ _SETITEM_HINT = (
 )
 
 
-class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods):
+class Tensor(
+    InteropMethods, ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods
+):
     """An immutable, exact, strided tensor.
 
     Build one with ``st.tensor``, ``Tensor.from_scalars``, ``Tensor.from_le_bytes``,
@@ -183,8 +186,13 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """A copy of a NumPy array (later writes to ``array`` do not show).
 
         With ``dtype``, values are converted under the ``convert`` rules (exact or
-        RangeError). Non-native byte order is converted on copy.
+        RangeError). Non-native byte order is converted on copy. Anything but an
+        ndarray or NumPy scalar is DTypeError; for a PyTorch tensor or a JAX array the
+        message names ``Tensor.from_dlpack``, which takes those.
         """
+        hint = foreign_hint(array)
+        if hint is not None:
+            raise DTypeError(f"from_numpy: expected a numpy.ndarray, found {hint}")
         source = check_numpy_input(array)
         own = DType.from_numpy(source.dtype)
         copied = np.array(source, dtype=own.numpy, order="C", copy=True)
@@ -337,16 +345,6 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         anything reachable from them through public attributes (see the class docstring).
         """
         return fresh_view(self._array)
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        """NumPy 2's protocol: a fresh read-only view, or with ``copy=True`` or another
-        ``dtype`` a writable copy the caller owns (``copy=False`` with a dtype change is
-        ValueError, as NumPy requires)."""
-        if dtype is not None and np.dtype(dtype) != self._array.dtype:
-            if copy is False:
-                raise ValueError("a copy is needed to change the dtype")
-            return self._array.astype(dtype)
-        return self._array.copy() if copy else fresh_view(self._array)
 
     # -- views ---------------------------------------------------------------------
 
