@@ -13,6 +13,7 @@ import numpy as np
 from ._dtype import DType, finite_range
 from ._errors import DTypeError, FormatError, LimitError, RangeError
 from ._floats import MAX_DIGITS, parse_float, round_exact, shortest_text
+from ._scalar_format import format_scalar
 
 __all__ = ["Scalar", "parse_value", "to_value"]
 
@@ -138,6 +139,16 @@ def _cast_for(dtype: DType) -> type:
 _CAST: dict[DType, Any] = {dtype: _cast_for(dtype) for dtype in DType}
 
 
+def _no_arithmetic(self: Scalar, *other: object) -> Any:
+    """Scalars have no arithmetic; others' operators (a Tensor's) still get their turn."""
+    if other and not isinstance(other[0], (int, float, complex, Fraction, Scalar, np.generic)):
+        return NotImplemented
+    raise DTypeError(
+        f"{self!r} has no arithmetic: compute on its exact Python value s.value, or on "
+        f"tensors (Tensor.scalar(s), or t + s)"
+    )
+
+
 class Scalar:
     """An exact, typed, immutable, hashable value of one DType.
 
@@ -151,10 +162,24 @@ class Scalar:
     of another dtype, a non-DType ``dtype``, and any other value type (None, complex,
     bytes, Fraction, lists, 0-d arrays, ...) are DTypeError.
 
-    Equality is same dtype and same value, ``-0.0 != 0.0`` and every NaN equals every
-    NaN; a Scalar never equals a non-Scalar. Scalars have no ordering. ``int(s)``
-    truncates like ``int()`` (RangeError for NaN and infinities); integer (not BOOL or
-    float) scalars also work as indices through ``__index__``.
+    Equality is structural: same dtype and same value, ``-0.0 != 0.0`` and every NaN
+    equals every NaN; a Scalar never equals a non-Scalar (compare ``s.value``), and the
+    hash agrees. Ordering (``<``, ``<=``, ``>``, ``>=``) is numeric and exact, against
+    Python ints, floats and Fractions, NumPy scalars and Scalars of any dtype:
+    ``Scalar(F32, 0.1) > 0.1`` is True (F32's 0.1 is 0.100000001490116...); any NaN
+    compares False; infinities order as usual; BOOL counts as 0 and 1, as Python's bool
+    does. So ``Scalar(F32, 1.0) <= Scalar(F64, 1.0)`` holds though the two are not equal.
+
+    As a number: ``float(s)`` is the exact value for floats and the nearest float for
+    integers (as ``float(int)``); ``int(s)`` truncates floats toward zero as ``int()``
+    does (RangeError for NaN and infinities); ``__index__`` (indexing, ``range``) works
+    for integer dtypes only, not BOOL or floats (DTypeError). ``format(s, spec)``
+    formats the exact value: ``format(Scalar(F32, 0.1), ".20f")`` shows F32's digits,
+    integers take integer specs (``"x"``, ``","``) and, exactly, float ones
+    (``".3e"``); a spec with neither a type nor a precision (``">8"``, ``"+"``) pads
+    the canonical text ``str(s)``; BOOL formats its text ``true`` / ``false`` with string
+    specs. A spec that does not fit is FormatError. Scalars have no arithmetic
+    (DTypeError): compute on ``s.value``, or on tensors.
     """
 
     __slots__ = ("_dtype", "_value")
@@ -232,6 +257,35 @@ class Scalar:
             return hash((self._dtype, "nan"))
         return hash((self._dtype, value))
 
+    def __format__(self, spec: str) -> str:
+        return format_scalar(self, spec)
+
+    def _order(self, other: object) -> tuple[PyValue, PyValue | Fraction] | None:
+        if isinstance(other, Scalar):
+            return self._value, other._value
+        if isinstance(other, Fraction):
+            return self._value, other
+        try:
+            return self._value, _exact_number(other)
+        except DTypeError:
+            return None
+
+    def __lt__(self, other: object) -> bool:
+        pair = self._order(other)
+        return NotImplemented if pair is None else pair[0] < pair[1]
+
+    def __le__(self, other: object) -> bool:
+        pair = self._order(other)
+        return NotImplemented if pair is None else pair[0] <= pair[1]
+
+    def __gt__(self, other: object) -> bool:
+        pair = self._order(other)
+        return NotImplemented if pair is None else pair[0] > pair[1]
+
+    def __ge__(self, other: object) -> bool:
+        pair = self._order(other)
+        return NotImplemented if pair is None else pair[0] >= pair[1]
+
     def __int__(self) -> int:
         value = self._value
         if isinstance(value, float) and not math.isfinite(value):
@@ -248,6 +302,11 @@ class Scalar:
         if not self._dtype.is_integer:
             raise DTypeError(f"{self!r} cannot be used as an index: only integer dtypes can")
         return int(self._value)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arithmetic
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _no_arithmetic
+    __mod__ = __rmod__ = __divmod__ = __rdivmod__ = __pow__ = __rpow__ = _no_arithmetic
+    __neg__ = __pos__ = __abs__ = _no_arithmetic
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"Scalar is immutable; cannot set {name!r}")
