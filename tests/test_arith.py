@@ -549,7 +549,7 @@ def test_convert_and_binaryop_are_public() -> None:
 
 def test_numpy_ufuncs_do_not_bypass_the_checks() -> None:
     t = st.tensor([2**31 - 1], D.I32)
-    with pytest.raises(TypeError):
+    with pytest.raises(st.RangeError):  # np.add(t, t) is t + t (see InteropMethods)
         np.add(t, t)
     with pytest.raises(st.RangeError):
         np.int32(1) + t

@@ -21,31 +21,31 @@ if TYPE_CHECKING:
 
 __all__ = ["InteropMethods", "foreign_hint"]
 
-# The ufuncs behind Python's binary operators, and the method a tensor on the right
-# answers them with (NumPy calls ``ufunc(left, tensor)`` for ``left <op> tensor``).
-_REFLECTED: dict[Any, tuple[str, str]] = {
-    np.add: ("__radd__", "+"),
-    np.subtract: ("__rsub__", "-"),
-    np.multiply: ("__rmul__", "*"),
-    np.true_divide: ("__rtruediv__", "/"),
-    np.floor_divide: ("__rfloordiv__", "//"),
-    np.remainder: ("__rmod__", "%"),
-    np.power: ("__rpow__", "** or pow()"),
-    np.divmod: ("__rdivmod__", "divmod()"),
-    np.left_shift: ("__rlshift__", "<<"),
-    np.right_shift: ("__rrshift__", ">>"),
-    np.bitwise_and: ("__rand__", "&"),
-    np.bitwise_or: ("__ror__", "|"),
-    np.bitwise_xor: ("__rxor__", "^"),
-    np.matmul: ("__rmatmul__", "@"),
-    np.equal: ("__eq__", "=="),
-    np.not_equal: ("__ne__", "!="),
-    np.less: ("__gt__", "<"),
-    np.less_equal: ("__ge__", "<="),
-    np.greater: ("__lt__", ">"),
-    np.greater_equal: ("__le__", ">="),
+# The ufuncs behind Python's binary operators: NumPy's own operators call them, so
+# ``ndarray + t`` arrives here as ``np.add(ndarray, t)``. Each maps to the method a left
+# operand answers with, the one a right operand answers with, and the symbol.
+_OPERATORS: dict[Any, tuple[str, str, str]] = {
+    np.add: ("__add__", "__radd__", "+"),
+    np.subtract: ("__sub__", "__rsub__", "-"),
+    np.multiply: ("__mul__", "__rmul__", "*"),
+    np.true_divide: ("__truediv__", "__rtruediv__", "/"),
+    np.floor_divide: ("__floordiv__", "__rfloordiv__", "//"),
+    np.remainder: ("__mod__", "__rmod__", "%"),
+    np.power: ("__pow__", "__rpow__", "** or pow()"),
+    np.divmod: ("__divmod__", "__rdivmod__", "divmod()"),
+    np.left_shift: ("__lshift__", "__rlshift__", "<<"),
+    np.right_shift: ("__rshift__", "__rrshift__", ">>"),
+    np.bitwise_and: ("__and__", "__rand__", "&"),
+    np.bitwise_or: ("__or__", "__ror__", "|"),
+    np.bitwise_xor: ("__xor__", "__rxor__", "^"),
+    np.matmul: ("__matmul__", "__rmatmul__", "@"),
+    np.equal: ("__eq__", "__eq__", "=="),
+    np.not_equal: ("__ne__", "__ne__", "!="),
+    np.less: ("__lt__", "__gt__", "<"),
+    np.less_equal: ("__le__", "__ge__", "<="),
+    np.greater: ("__gt__", "__lt__", ">"),
+    np.greater_equal: ("__ge__", "__le__", ">="),
 }
-_NUMPY_OPERAND = (np.ndarray, np.generic)
 _MAX_NESTING = 64
 _FOREIGN = {"torch": "a PyTorch tensor", "jax": "a JAX array", "jaxlib": "a JAX array"}
 
@@ -58,17 +58,19 @@ class InteropMethods(TensorInternals):
     * ``t.__dlpack__()``: by default a fresh copy the consumer owns (``torch.from_dlpack``,
       ``torch.as_tensor``, ``torch.tensor``, ``np.from_dlpack``, ``jax.dlpack``);
       ``copy=False``: the memory itself, read-only flagged (see ``__dlpack__``).
-    * Every NumPy function (``np.max(t)``, ``np.concatenate([t, u])``) and ufunc
-      (``np.exp(t)``, ``np.add(t, u)``) runs on read-only views of the tensors and returns
-      NumPy's result; a tensor passed as ``out=`` is a TypeError (tensors never change).
-    * One exception, because NumPy routes its operators through ufuncs: a binary
-      operator with a NumPy array or scalar on the left and a tensor on the right is the
-      tensor's own operator, as for a Python number. ``np.float32(2) * t`` is checked
-      tensor arithmetic, ``ndarray + t`` is a DTypeError like ``t + ndarray`` (wrap the
-      array with ``Tensor.from_numpy``), ``ndarray == t`` is False like ``t == ndarray``,
-      and ``ndarray < t`` is a TypeError like ``t > ndarray``. NumPy cannot tell an
-      operator from the call, so ``np.add(x, t)`` with a NumPy ``x`` on the left means
-      ``x + t`` too.
+    * Every NumPy function (``np.max(t)``, ``np.mean(t)``, ``np.concatenate([t, u])``)
+      and ufunc (``np.exp(t)``, ``np.add.reduce(t)``) runs on read-only views of the
+      tensors and returns NumPy's result; a tensor passed as ``out=`` is a TypeError
+      (tensors never change).
+    * Except Python's operators. NumPy's own operators call ufuncs (``ndarray + t`` is
+      ``np.add(ndarray, t)``), so the ufuncs behind the binary operators (``np.add`` ...
+      ``np.matmul``, the comparisons), called with two operands and no keywords, are
+      the operator itself whenever a tensor is an operand: ``np.float32(2) * t`` and
+      ``np.add(t, u)`` are strided's checked arithmetic (overflow is RangeError),
+      ``ndarray + t`` is a DTypeError like ``t + ndarray`` (wrap the array with
+      ``Tensor.from_numpy`` first), ``ndarray == t`` is False like ``t == ndarray``
+      (``==`` is structural), and ``ndarray < t`` is a TypeError like ``t > ndarray``.
+      For NumPy's element-wise result, pass ``np.asarray(t)``.
     """
 
     __slots__ = ()
@@ -159,29 +161,29 @@ class InteropMethods(TensorInternals):
             method == "__call__"
             and not kwargs
             and len(inputs) == 2
-            and ufunc in _REFLECTED
-            and isinstance(inputs[0], _NUMPY_OPERAND)
-            and isinstance(inputs[1], InteropMethods)
+            and ufunc in _OPERATORS
         ):
             return _as_operator(ufunc, inputs[0], inputs[1])
         return getattr(ufunc, method)(*_views(inputs, 0), **_views(kwargs, 0))
 
 
-def _as_operator(ufunc: Any, left: Any, tensor: InteropMethods) -> Any:
-    """``left <op> tensor`` as Python evaluates it once ``left`` has declined."""
-    name, symbol = _REFLECTED[ufunc]
-    method = getattr(type(tensor), name, None)
-    result = NotImplemented if method is None else method(tensor, left)
+def _as_operator(ufunc: Any, left: Any, right: Any) -> Any:
+    """``left <op> right`` as Python evaluates it, asking only the tensor operands (a
+    NumPy operand has declined already: its operator is what called the ufunc)."""
+    forward, reflected, symbol = _OPERATORS[ufunc]
+    result: Any = NotImplemented
+    if isinstance(left, InteropMethods):
+        result = getattr(type(left), forward)(left, right)
+    if result is NotImplemented and isinstance(right, InteropMethods):
+        result = getattr(type(right), reflected)(right, left)
     if result is not NotImplemented:
         return result
-    if ufunc is np.equal:
-        return False  # a tensor equals only a tensor
-    if ufunc is np.not_equal:
-        return True
-    raise TypeError(
-        f"unsupported operand type(s) for {symbol}: {type(left).__name__!r} and "
-        f"{type(tensor).__name__!r}"
-    )
+    if ufunc is np.equal or ufunc is np.not_equal:
+        return (left is right) is (ufunc is np.equal)  # a tensor equals only a tensor
+    names = f"{type(left).__name__!r} and {type(right).__name__!r}"
+    if symbol in ("<", "<=", ">", ">="):
+        raise TypeError(f"{symbol!r} not supported between instances of {names}")
+    raise TypeError(f"unsupported operand type(s) for {symbol}: {names}")
 
 
 def _refuse_out(out: Any, name: str) -> None:
