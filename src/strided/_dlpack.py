@@ -17,6 +17,7 @@ versions, which only add type codes and flags).
 from __future__ import annotations
 
 import ctypes
+import operator
 from typing import Any
 
 import numpy as np
@@ -158,8 +159,7 @@ def _check_device(dl_device: object) -> None:
     if dl_device is None:
         return
     try:
-        kind, number = dl_device  # type: ignore[misc]
-        matches = (int(kind), int(number)) == CPU_DEVICE
+        matches = _int_pair(dl_device) == CPU_DEVICE
     except Exception:
         raise BufferError(
             f"__dlpack__: dl_device must be a (device_type, device_id) pair, found {dl_device!r}"
@@ -175,12 +175,16 @@ def _versioned(max_version: object) -> bool:
     if max_version is None:
         return False
     try:
-        major, _minor = max_version  # type: ignore[misc]
-        return int(major) >= 1
+        return _int_pair(max_version)[0] >= 1
     except Exception:
         raise ValueError(
             f"__dlpack__: max_version must be a (major, minor) pair or None, found {max_version!r}"
         ) from None
+
+
+def _int_pair(value: Any) -> tuple[int, int]:
+    first, second = value
+    return operator.index(first), operator.index(second)
 
 
 def _shared_view(array: np.ndarray) -> np.ndarray:
@@ -230,8 +234,8 @@ class _Exported:
         return CPU_DEVICE
 
 
-def import_array(source: object) -> tuple[np.ndarray, DType]:
-    """A NumPy array over the memory a DLPack producer exports, and its DType.
+def import_array(source: object) -> np.ndarray:
+    """A NumPy array (of a strided dtype) over the memory a DLPack producer exports.
 
     The array still refers to the producer's memory: the caller copies it. ``source`` is
     an object with ``__dlpack__`` or a capsule.
@@ -257,10 +261,10 @@ def import_array(source: object) -> tuple[np.ndarray, DType]:
     if dtype in _PATCHED:
         tensor.dtype.code = _UINT
     try:
-        array = np.from_dlpack(_Exported(capsule))
+        array = np.from_dlpack(_Exported(capsule))  # type: ignore[arg-type]
     except Exception as error:  # strides that are not whole elements, and the like
         raise FormatError(f"from_dlpack: NumPy cannot read the capsule: {error}") from None
-    return (array.view(dtype.numpy) if dtype in _PATCHED else array), dtype
+    return array.view(dtype.numpy) if dtype in _PATCHED else array
 
 
 def _capsule_of(source: object) -> object:

@@ -60,8 +60,8 @@ class InteropMethods(TensorInternals):
       ``copy=False``: the memory itself, read-only flagged (see ``__dlpack__``).
     * Every NumPy function (``np.max(t)``, ``np.mean(t)``, ``np.concatenate([t, u])``)
       and ufunc (``np.exp(t)``, ``np.add.reduce(t)``) runs on read-only views of the
-      tensors and returns NumPy's result; a tensor passed as ``out=`` is a TypeError
-      (tensors never change).
+      tensors and returns NumPy's result (or raises NumPy's error); a tensor passed as
+      ``out=`` is a TypeError (tensors never change).
     * Except Python's operators. NumPy's own operators call ufuncs (``ndarray + t`` is
       ``np.add(ndarray, t)``), so the ufuncs behind the binary operators (``np.add`` ...
       ``np.matmul``, the comparisons), called with two operands and no keywords, are
@@ -120,7 +120,9 @@ class InteropMethods(TensorInternals):
         is FormatError / DTypeError, a failing producer FormatError, and shapes over
         the limits LimitError; ``x`` is never changed.
         """
-        array, dtype = import_array(x)
+        if isinstance(x, np.ndarray):  # NumPy cannot export ml_dtypes arrays
+            return cls.from_numpy(x)  # type: ignore[attr-defined,no-any-return]
+        array = import_array(x)
         return cls.from_numpy(array)  # type: ignore[attr-defined,no-any-return]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -157,12 +159,7 @@ class InteropMethods(TensorInternals):
             _refuse_out(inputs[0], name)
         if _has_other_override((*inputs, *_as_tuple(kwargs.get("out")))):
             return NotImplemented
-        if (
-            method == "__call__"
-            and not kwargs
-            and len(inputs) == 2
-            and ufunc in _OPERATORS
-        ):
+        if method == "__call__" and not kwargs and len(inputs) == 2 and ufunc in _OPERATORS:
             return _as_operator(ufunc, inputs[0], inputs[1])
         return getattr(ufunc, method)(*_views(inputs, 0), **_views(kwargs, 0))
 
@@ -172,10 +169,12 @@ def _as_operator(ufunc: Any, left: Any, right: Any) -> Any:
     NumPy operand has declined already: its operator is what called the ufunc)."""
     forward, reflected, symbol = _OPERATORS[ufunc]
     result: Any = NotImplemented
-    if isinstance(left, InteropMethods):
-        result = getattr(type(left), forward)(left, right)
-    if result is NotImplemented and isinstance(right, InteropMethods):
-        result = getattr(type(right), reflected)(right, left)
+    method = getattr(type(left), forward, None) if isinstance(left, InteropMethods) else None
+    if method is not None:
+        result = method(left, right)
+    method = getattr(type(right), reflected, None) if isinstance(right, InteropMethods) else None
+    if result is NotImplemented and method is not None:
+        result = method(right, left)
     if result is not NotImplemented:
         return result
     if ufunc is np.equal or ufunc is np.not_equal:

@@ -56,7 +56,7 @@ _SETITEM_HINT = (
 )
 
 
-class Tensor(
+class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces None
     InteropMethods, ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods
 ):
     """An immutable, exact, strided tensor.
