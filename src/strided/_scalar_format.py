@@ -1,15 +1,18 @@
 """``format(scalar, spec)``: Python's format-spec mini-language on a Scalar's exact value.
 
 Floats with a presentation type or a precision go through ``float.__format__``, which
-rounds the exact binary value correctly (a Scalar's value is exact in a Python float).
-Integers with a float presentation type go through ``Decimal``, so ``format(2**63 - 1,
-".0f")`` is exact where ``int.__format__`` would round through a float. Without a type
+rounds the exact binary value correctly (a Scalar's value is exact in a Python float),
+except ``"%"``, which multiplies by 100 in floating point there and so goes through
+``Decimal``.
+Integers with a float presentation type go through ``Decimal`` beyond 2**53, so
+``format(2**63 - 1, ".0f")`` is exact where ``int.__format__`` rounds through a float. Without a type
 or a precision a float is the canonical text ``str(s)`` (shortest in its own dtype),
 padded, signed and grouped as the spec says.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ _SPEC = re.compile(
     re.DOTALL,
 )
 _FLOAT_TYPES = frozenset("eEfFgG%")
+_EXPONENT = re.compile(r"([eE][+-])([0-9])(?![0-9])")
 
 
 def format_scalar(scalar: Scalar, spec: object) -> str:
@@ -48,26 +52,42 @@ def format_scalar(scalar: Scalar, spec: object) -> str:
         if isinstance(value, float):
             if parts["type"] is None and parts["precision"] is None:
                 return _pad(str(scalar), parts)
+            if parts["type"] == "%" and math.isfinite(value):
+                return format(Decimal(value), spec)  # float's "%" multiplies inexactly
             return format(value, spec)
-        if parts["type"] in _FLOAT_TYPES or (parts["type"] is None and parts["precision"]):
-            return format(Decimal(value), spec)
+        if parts["type"] in _FLOAT_TYPES:
+            return _exact_float_style(value, parts)
         return format(value, spec)
     except (ValueError, TypeError) as error:
         raise FormatError(f"invalid format spec {spec[:40]!r} for {scalar!r}: {error}") from None
 
 
-def _pad(text: str, parts: re.Match[str]) -> str:
-    """The canonical text with the sign, grouping, fill, alignment and width of ``parts``."""
-    if parts["z"] and text.startswith("-") and float(text) == 0.0:
+def _exact_float_style(value: int, parts: re.Match[str]) -> str:
+    """An integer under a float presentation type, exactly (``int.__format__`` would
+    round it through a float), in Python's style: two-digit exponents, precision 6."""
+    if -(2**53) <= value <= 2**53:  # exact in a float
+        return format(float(value), parts.group(0))
+    core = "".join(parts[name] or "" for name in ("sign", "z", "alt"))
+    core += f"{',' if parts['grouping'] else ''}.{parts['precision'] or 6}{parts['type']}"
+    text = _EXPONENT.sub(r"\g<1>0\g<2>", format(Decimal(value), core))
+    if parts["grouping"] == "_":  # Decimal groups only with ","
+        text = text.replace(",", "_")
+    return _pad(text, parts, canonical=False)
+
+
+def _pad(text: str, parts: re.Match[str], canonical: bool = True) -> str:
+    """``text`` with the fill, alignment and width of ``parts``; for the canonical text
+    of a float also its sign, ``z`` and grouping options."""
+    if canonical and parts["z"] and text.startswith("-") and float(text) == 0.0:
         text = text[1:]
-    sign = "-" if text.startswith("-") else ""
+    sign = text[0] if text[:1] in ("-", "+", " ") else ""
     body = text[len(sign) :]
-    if not sign and parts["sign"] in ("+", " "):
+    if canonical and not sign and parts["sign"] in ("+", " "):
         sign = parts["sign"]
     fill = parts["fill"] or ("0" if parts["zero"] else " ")
     align = parts["align"] or ("=" if parts["zero"] else ">")
     width = int(parts["width"] or 0)
-    separator = parts["grouping"]
+    separator = parts["grouping"] if canonical else None
     if separator and body[:1].isdigit():
         digits = len(body) - len(body.lstrip("0123456789"))
         whole, rest = body[:digits], body[digits:]
