@@ -5,9 +5,9 @@ rounds the exact binary value correctly (a Scalar's value is exact in a Python f
 except ``"%"``, which multiplies by 100 in floating point there and so goes through
 ``Decimal``.
 Integers with a float presentation type go through ``Decimal`` beyond 2**53, so
-``format(2**63 - 1, ".0f")`` is exact where ``int.__format__`` rounds through a float. Without a type
-or a precision a float is the canonical text ``str(s)`` (shortest in its own dtype),
-padded, signed and grouped as the spec says.
+``format(2**63 - 1, ".0f")`` is exact where ``int.__format__`` rounds through a float.
+Without a type or a precision a float is the canonical text ``str(s)`` (shortest in its
+own dtype), padded, signed and grouped as the spec says.
 """
 
 from __future__ import annotations
