@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import tracemalloc
 import weakref
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,25 @@ def test_release_from_another_thread_and_many_round_trips() -> None:
     thread.join()
     gc.collect()
     assert owner() is None
+
+
+def test_default_copies_are_freed() -> None:
+    """Copies handed out (consumed or not) are freed with their consumer or capsule."""
+    torch = _torch()
+    t = T.from_numpy(np.zeros(1 << 18, dtype=np.float32))  # 1 MiB
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(64):
+            torch.from_dlpack(t).add_(1)
+            np.from_dlpack(t)[0] = 1
+            t.__dlpack__(max_version=(1, 0))
+            t.__dlpack__()
+        gc.collect()
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert current < (1 << 20) and peak < (8 << 20)
 
 
 def test_capsule_dying_during_an_exception_keeps_the_exception() -> None:
