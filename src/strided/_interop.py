@@ -112,8 +112,9 @@ class InteropMethods(TensorInternals):
 
     @classmethod
     def from_dlpack(cls, x: object) -> Tensor:
-        """A tensor copied from any DLPack producer: a PyTorch tensor, a JAX or NumPy
-        array, another library's tensor, or a DLPack capsule. Always copies.
+        """A tensor copied from any DLPack producer: a PyTorch tensor, a JAX array,
+        another library's tensor, or a DLPack capsule (a NumPy array, ml_dtypes ones
+        included, is taken as ``from_numpy`` takes it). Always copies.
 
         Every strided dtype is understood, BF16 and the 8-bit floats included. Data
         that is not on the CPU or of a type strided lacks (complex, other 8-bit floats)
@@ -149,9 +150,9 @@ class InteropMethods(TensorInternals):
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """Any NumPy ufunc given tensors: NumPy's result on read-only views of them.
 
-        A binary operator with a NumPy array or scalar on the left is the tensor's own
-        operator (see the class docstring); ``out=`` a tensor, and ``ufunc.at`` on one,
-        are TypeError.
+        The ufuncs behind Python's binary operators, called with two operands and no
+        keywords, are the operator itself when a tensor is an operand (see the class
+        docstring); ``out=`` a tensor, and ``ufunc.at`` on one, are TypeError.
         """
         name = f"{ufunc.__name__}.{method}" if method != "__call__" else ufunc.__name__
         _refuse_out(kwargs.get("out"), name)
