@@ -185,6 +185,15 @@ def test_dlpack_refusals() -> None:
     )
 
 
+def test_consumer_keywords() -> None:
+    torch = _torch()
+    t = st.tensor([1.0, 2.0], D.F32)
+    for result in (torch.from_dlpack(t, device="cpu"), torch.from_dlpack(t, copy=True)):
+        result.add_(1)
+        assert result.tolist() == [2.0, 3.0] and t.tolist() == [1.0, 2.0]
+    assert np.from_dlpack(t, device="cpu", copy=True).flags.writeable
+
+
 # -- lifetimes -------------------------------------------------------------------------
 
 
