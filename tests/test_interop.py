@@ -272,6 +272,13 @@ def test_capsule_dying_during_an_exception_keeps_the_exception() -> None:
 
     with pytest.raises(ZeroDivisionError):
         fail()
+    torch = _torch()
+
+    def fail_in_torch() -> None:  # the consumer's tensor runs the deleter while unwinding
+        consume(torch.from_dlpack(t, copy=False), torch.from_dlpack(t), 1 / 0)
+
+    with pytest.raises(ZeroDivisionError):
+        fail_in_torch()
 
 
 # -- NumPy ---------------------------------------------------------------------------
