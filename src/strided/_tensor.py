@@ -38,11 +38,13 @@ from ._construct import (
 )
 from ._dtype import DType, as_dtype, finite_range
 from ._errors import DTypeError, IndexingError, ShapeError
+from ._extrema import StatsMethods
 from ._inspect import InspectMethods
 from ._limits import check_dims, int_text
 from ._memory import guard_function, view_only
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
+from ._select import SelectMethods, masked
 from ._shape import Shape
 from ._text import TextMethods
 from ._update import UpdateMethods
@@ -55,7 +57,15 @@ _SETITEM_HINT = (
 )
 
 
-class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods):
+class Tensor(
+    ArithMethods,
+    ReduceMethods,
+    StatsMethods,
+    SelectMethods,
+    UpdateMethods,
+    TextMethods,
+    InspectMethods,
+):
     """An immutable, exact, strided tensor.
 
     Build one with ``st.tensor``, ``Tensor.from_scalars``, ``Tensor.from_le_bytes``,
@@ -377,7 +387,15 @@ class Tensor(ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMet
         """``t[index]``: ints (negative allowed), slices with any step, ``None`` and one
         ``...``; a lone index or a tuple. All-int indices give a rank-0 view. Anything
         else (bools, lists, arrays), out-of-range ints and zero steps are IndexingError.
+
+        The one index that copies: a BOOL Tensor ``mask`` whose shape equals the leading
+        axes of ``t`` (NumPy's boolean mask). ``t[mask]`` is a new contiguous tensor of
+        the selected elements in row-major order, shape ``[count, *t.shape[mask.ndim:]]``;
+        a shape mismatch, or a tensor of another dtype, is IndexingError (use ``take``
+        for integer indices). Lists of bools are not masks (IndexingError).
         """
+        if isinstance(index, Tensor):
+            return masked(self, index)
         return self._wrap(_indexing.apply(self._array, _indexing.normalize(index)))
 
     @view_only
