@@ -17,6 +17,7 @@ import numpy as np
 from ._errors import DTypeError, LimitError, ShapeError
 from ._limits import MAX_RANK, check_dims
 from ._memory import guard_function
+from ._select import adopt_result
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -118,6 +119,4 @@ def _arrays(tensors: object, what: str) -> tuple[list[np.ndarray], Any]:
 
 
 def _joined(result: np.ndarray, dtype: Any) -> Tensor:
-    from ._tensor import Tensor
-
-    return Tensor._adopt(result, dtype)
+    return adopt_result(result, dtype)

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._convert import cast, round_to_float, widen
+from ._convert import cast, round_to_float
 from ._dtype import DType
 from ._exact_stats import _FORMATS, totals
 from ._floats import round_exact
@@ -97,17 +97,19 @@ def _int_sums(values: np.ndarray, dtype: DType) -> np.ndarray | None:
 
 def _float_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     """Means of float rows as float64 values that are exact values of ``dtype``."""
-    count = rows.shape[0]
-    wide = cast(widen(rows, dtype), np.float64)
-    high = np.maximum.reduce(wide, axis=1)
-    low = np.minimum.reduce(wide, axis=1)
+    count, length = rows.shape
+    high = cast(np.maximum.reduce(rows, axis=1), np.float64)  # exact: every value is
+    low = cast(np.minimum.reduce(rows, axis=1), np.float64)
     means = np.zeros(count)
     finite = np.isfinite(high) & np.isfinite(low)
     if not finite.all():
         means[~finite] = _nonfinite(high[~finite], low[~finite])
     todo = np.flatnonzero(finite)
     if todo.size and dtype is not DType.F64:
-        fast, ok = _certified(wide[todo], dtype, np.maximum(high[todo], -low[todo]))
+        chosen = rows if todo.size == count else rows[todo]
+        # Summed in float64 as NumPy converts each buffer: no widened copy of the rows.
+        sums = np.add.reduce(chosen, axis=1, dtype=np.float64)
+        fast, ok = _certified(sums, length, dtype, np.maximum(high[todo], -low[todo]))
         means[todo[ok]] = fast[ok]
         todo = todo[~ok]
     for i in todo.tolist():
@@ -122,15 +124,14 @@ def _nonfinite(high: np.ndarray, low: np.ndarray) -> np.ndarray:
 
 
 def _certified(
-    wide: np.ndarray, dtype: DType, magnitude: np.ndarray
+    sums: np.ndarray, length: int, dtype: DType, magnitude: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """F64 means with a proven error bound, and where they pin the result to one ulp.
 
     Any-order sums err by at most gamma_n * n * max|x|; the division adds one rounding
     (2u of the result covers it and the bound's own rounding, doubled for safety).
     """
-    length = wide.shape[1]
-    approx = np.add.reduce(wide, axis=1) / length + 0.0  # +0.0: an exact zero is +0.0
+    approx = sums / length + 0.0  # +0.0: an exact zero is +0.0
     error = (_gamma(length) * magnitude + 2 * _U * np.abs(approx)) * 2.0
     low = _ordinals(round_to_float(approx - error, dtype), dtype)
     high = _ordinals(round_to_float(approx + error, dtype), dtype)

@@ -16,17 +16,32 @@ import numpy as np
 
 from ._base import TensorInternals
 from ._checked import first_index
-from ._construct import nested_shape
+from ._construct import NumericRows, nested_shape, seal, shaped
 from ._dtype import DType
 from ._errors import DTypeError, IndexingError, ShapeError
-from ._limits import check_dims, describe, int_text
+from ._limits import MAX_RANK, check_dims, describe, int_text
 from ._memory import guard_function
 from ._scalar import Scalar
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["SelectMethods", "masked", "where"]
+__all__ = ["SelectMethods", "adopt_result", "masked", "where"]
+
+
+def adopt_result(array: np.ndarray, dtype: DType) -> Tensor:
+    """A freshly computed NumPy result that no one else holds, as a new tensor.
+
+    A C-contiguous array that owns its memory in ``dtype`` (native byte order counts:
+    NumPy results are ``=f4`` where the dtype table says ``<f4``) is sealed as it is,
+    without the copy ``Tensor._adopt`` would make to change the byte-order label.
+    """
+    from ._tensor import Tensor
+
+    flags = array.flags
+    if flags.owndata and flags.c_contiguous and array.dtype == dtype.numpy:
+        return Tensor._wrap(shaped(seal(array), array.shape))
+    return Tensor._adopt(array, dtype)
 
 
 class SelectMethods(TensorInternals):
@@ -45,46 +60,74 @@ class SelectMethods(TensorInternals):
         BOOL or float index tensor is DTypeError; a bad axis IndexingError. The result is
         a new contiguous tensor (a copy); every dtype works, FP8 included.
         """
-        from ._tensor import normalize_axis
-
         array = self._array
-        chosen = _index_array(indices)
         if axis is None:
             source, at = array.reshape(-1), 0  # reshape copies only a non-contiguous view
+            place = "the flattened tensor"
         else:
-            at = normalize_axis(axis, array.ndim, "take")
-            source = array
+            at = _axis(axis, array.ndim)
+            source, place = array, f"axis {at}"
         length = source.shape[at]
-        _check_range(chosen, length, "take", "the flattened tensor" if axis is None else at)
-        dims = (*source.shape[:at], *chosen.shape, *source.shape[at + 1 :])
-        check_dims(dims, "take")
-        if chosen.dtype != np.intp:
-            chosen = chosen.astype(np.intp)  # exact: every index is in range now
-        return self._adopt(np.take(source, chosen, axis=at), self._dtype)
+        chosen = _index_array(indices, length, place)
+        if not 0 < chosen.size <= length or source.ndim + chosen.ndim > MAX_RANK + 1:
+            # Otherwise the result is no larger than the source, which is within the caps.
+            check_dims((*source.shape[:at], *chosen.shape, *source.shape[at + 1 :]), "take")
+        try:
+            # NumPy checks intp indices itself (negatives included), the cheapest way;
+            # other integer dtypes were checked before their conversion to intp.
+            taken = np.take(source, chosen, axis=at)
+        except IndexError as error:
+            _check_range(chosen, length, place)  # names the first bad index
+            raise IndexingError(f"take: {error}") from None
+        return adopt_result(taken, self._dtype)
 
 
-def _index_array(indices: object) -> np.ndarray:
-    """``indices`` as an integer array (its own dtype for a Tensor, int64 for Python ints)."""
-    from ._tensor import Tensor
+def _axis(axis: object, ndim: int) -> int:
+    if type(axis) is int and -ndim <= axis < ndim:
+        return axis % ndim
+    from ._tensor import normalize_axis
 
-    if isinstance(indices, Tensor):
-        dtype = indices.dtype
+    return normalize_axis(axis, ndim, "take")
+
+
+def _index_array(indices: object, length: int, place: str) -> np.ndarray:
+    """``indices`` as an integer array (a Tensor's own, int64 for Python ints), each one
+    checked to lie in ``-length <= i < length``."""
+    if isinstance(indices, TensorInternals):
+        dtype = indices._dtype
         if not dtype.is_integer:
             raise DTypeError(f"take: indices must have an integer dtype, found {dtype.name}")
-        return indices._array
-    if isinstance(indices, np.ndarray):
+        chosen = indices._array
+        if chosen.dtype == np.intp:
+            return chosen  # range-checked by np.take itself (see take)
+    elif isinstance(indices, np.ndarray):
         raise DTypeError("take: wrap a numpy.ndarray of indices with Tensor.from_numpy first")
-    if isinstance(indices, (list, tuple)):
-        dims, leaves = nested_shape(indices)
-        values = [_as_index(leaf) for leaf in leaves]
-        if any(not -(2**63) <= v < 2**63 for v in values):
-            bad = next(i for i, v in enumerate(values) if not -(2**63) <= v < 2**63)
+    elif isinstance(indices, (list, tuple)):
+        chosen = _list_indices(indices, length, place)
+    else:
+        chosen = _list_indices([indices], length, place).reshape(())
+    _check_range(chosen, length, place)
+    return chosen if chosen.dtype == np.intp else chosen.astype(np.intp)  # in range: exact
+
+
+def _list_indices(indices: list[Any] | tuple[Any, ...], length: int, place: str) -> np.ndarray:
+    dims, leaves = nested_shape(indices)
+    if isinstance(leaves, NumericRows) and leaves.types == _INT_ONLY:
+        try:
+            return np.array(leaves.rows, dtype=np.int64).reshape(dims)  # the bulk path
+        except OverflowError:
+            pass  # an int beyond 64 bits: the value-by-value path names it
+    values = [_as_index(leaf) for leaf in leaves]
+    for i, value in enumerate(values):
+        if not -length <= value < length:
             raise IndexingError(
-                f"take: index {int_text(values[bad])} at position {list(_unravel(bad, dims))} "
-                f"is out of range"
+                f"take: index {int_text(value)} at position {list(_unravel(i, dims))} is out "
+                f"of range for {place} of length {length}"
             )
-        return np.array(values, dtype=np.int64).reshape(dims)
-    return np.array(_as_index(indices), dtype=np.int64)
+    return np.array(values, dtype=np.int64).reshape(dims)
+
+
+_INT_ONLY = frozenset({int})
 
 
 def _as_index(value: object) -> int:
@@ -104,19 +147,14 @@ def _unravel(flat: int, dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, dims)) if dims else ()
 
 
-def _check_range(chosen: np.ndarray, length: int, what: str, axis: object) -> None:
+def _check_range(chosen: np.ndarray, length: int, place: str) -> None:
     """IndexingError naming the first index outside ``-length <= i < length``."""
-    if chosen.size == 0:
+    if chosen.size == 0 or (-length <= chosen.min() and chosen.max() < length):
         return
-    low, high = int(np.min(chosen)), int(np.max(chosen))
-    if -length <= low and high < length:
-        return
-    bad = (chosen < -length) | (chosen >= length)
-    position = first_index(np.asarray(bad))
-    where_text = axis if isinstance(axis, str) else f"axis {axis}"
+    position = first_index(np.asarray((chosen < -length) | (chosen >= length)))
     raise IndexingError(
-        f"{what}: index {int(chosen[position])} at position {list(position)} is out of range "
-        f"for {where_text} of length {length}"
+        f"take: index {int(chosen[position])} at position {list(position)} is out of range "
+        f"for {place} of length {length}"
     )
 
 
@@ -137,8 +175,7 @@ def _masked(tensor: Any, mask: Any) -> Tensor:
             f"shape {list(shape)}"
         )
     check_dims((int(np.count_nonzero(mask._array)), *shape[len(cover) :]), "index")
-    result: Tensor = tensor._adopt(tensor._array[mask._array], tensor._dtype)
-    return result
+    return adopt_result(tensor._array[mask._array], tensor._dtype)
 
 
 masked = guard_function(_masked, "index")
@@ -173,7 +210,7 @@ def where(cond: object, a: object, b: object) -> Tensor:
             f"{list(right.shape)} cannot be broadcast together"
         ) from None
     check_dims(dims, "where")
-    return Tensor._adopt(np.where(cond._array, left, right), dtype)
+    return adopt_result(np.where(cond._array, left, right), dtype)
 
 
 def _common_dtype(a: object, b: object) -> DType:
