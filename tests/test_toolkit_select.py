@@ -265,3 +265,18 @@ def test_join_limits_are_checked_before_allocating() -> None:
     with pytest.raises(st.LimitError, match="MAX_RANK"):
         st.stack([deep])
     assert st.concatenate([deep, deep]).shape[0] == 2
+
+
+def test_take_and_mask_limits_are_checked_before_allocating() -> None:
+    t = st.Tensor.zeros(D.F32, (3, 5))
+    huge = st.Tensor.zeros(D.I64, (0, 2**34))  # legal: no elements
+    with pytest.raises(st.LimitError, match="MAX_ELEMENTS"):
+        t.take(huge, axis=1)
+    deep = st.Tensor.zeros(D.I64, (1,) * st.MAX_RANK)
+    assert st.Tensor.zeros(D.F32, (3,)).take(deep).ndim == st.MAX_RANK
+    with pytest.raises(st.LimitError, match="MAX_RANK"):
+        t.take(deep, axis=0)
+    full_rank = st.Tensor.zeros(D.U8, (1,) * st.MAX_RANK)
+    with pytest.raises(st.LimitError, match="MAX_RANK"):
+        full_rank[st.Tensor.full(D.BOOL, (), True)]
+    assert full_rank[st.Tensor.full(D.BOOL, (1,), True)].shape == full_rank.shape
