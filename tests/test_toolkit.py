@@ -365,3 +365,31 @@ def test_mean_of_integers_is_f64_and_exact() -> None:
     assert st.tensor([True, False, False, False], D.BOOL).mean() == st.Scalar(D.F64, 0.25)
     assert st.tensor([-0.0, -0.0], D.F64).mean().value == 0.0  # exact zero is +0.0
     assert math.copysign(1, st.tensor([-(2.0**-1074), 0.0, 0.0], D.F64).mean().value) == -1
+
+
+@hs.composite
+def f64_rows(draw: hs.DrawFn) -> np.ndarray:
+    """F64 rows of ordinary magnitudes, cancellation or near-ties: the certified path."""
+    count, length = draw(hs.integers(1, 4)), draw(hs.integers(1, 40))
+    kind = draw(hs.sampled_from(["spread", "ties", "cancel"]))
+    if kind == "ties":  # means that fall exactly on, or next to, a rounding midpoint
+        base = draw(hs.floats(-1e10, 1e10, allow_nan=False, allow_subnormal=False))
+        steps = draw(hs.lists(hs.integers(0, 3), min_size=length, max_size=length))
+        row = [base + s * math.ulp(base) for s in steps]
+        return np.array([row] * count)
+    values = hs.floats(-1e30, 1e30, allow_nan=False, allow_infinity=False)
+    data = draw(hs.lists(values, min_size=count * length, max_size=count * length))
+    rows = np.array(data).reshape(count, length)
+    if kind == "cancel":
+        rows = np.concatenate([rows, -rows[:, :-1]], axis=1)
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(f64_rows())
+def test_f64_mean_rows_are_correctly_rounded(rows: np.ndarray) -> None:
+    found = st.Tensor.from_numpy(rows).mean(axis=-1).tolist()
+    for got, row in zip(found, rows.tolist(), strict=True):
+        check_mean(got, row, D.F64)
+    flipped = st.Tensor.from_numpy(rows.T.copy()).T.mean(axis=1).tolist()  # a view
+    assert flipped == found

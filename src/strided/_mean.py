@@ -8,9 +8,13 @@ row's mean is settled in one of three ways:
 * F16/BF16/F32 rows: summed in F64 with a proven error bound; the mean is accepted when
   its whole error interval rounds to one value or two neighbours of the dtype (so it is
   within one ulp of the exact mean);
-* everything else (every F64 row, and the rare uncertified narrow row): the exact sum as
-  an integer in units of the dtype's smallest subnormal (``_exact_stats``), divided as a
-  ``Fraction`` and rounded once.
+* F64 rows: one extraction pass (see ``_fsum``) turns each row into an exact float sum
+  plus remainders whose sum has a proven error bound; the quotient by the count is
+  computed with an exact remainder (Dekker's product) and accepted only when the whole
+  error interval lies inside one rounding cell of the candidate;
+* everything else (huge, tiny or cancelling F64 rows, very long ones, the rare
+  uncertified narrow row): the exact sum as an integer in units of the dtype's smallest
+  subnormal (``_exact_stats``), divided as a ``Fraction`` and rounded once.
 
 No sum overflows on the way: the mean of ``[F16 max, F16 max]`` is F16 max. A row with
 a NaN, or infinities of both signs, has mean NaN; one infinity sign gives that infinity;
@@ -36,6 +40,11 @@ __all__ = ["mean_of"]
 _U = 2.0**-53
 _EXACT_F64 = 2**53  # integers up to this size are exact float64 values
 _EXACT_TERMS = 1 << 31  # a 64-bit accumulator of values below 2**32 is exact this far
+_F64_ROW = 1 << 20  # longer F64 rows take the exact (streaming) path
+_F64_BLOCK = 1 << 18  # elements per block of F64 rows in the fast path
+_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter
+_SAFE_LOW = 2.0**-900  # below this, products' error terms could underflow
+_SAFE_BITS = 990  # sigma up to 2**990: no product or split can overflow
 
 
 def mean_of(array: np.ndarray, dtype: DType, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -105,7 +114,9 @@ def _float_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     if not finite.all():
         means[~finite] = _nonfinite(high[~finite], low[~finite])
     todo = np.flatnonzero(finite)
-    if todo.size and dtype is not DType.F64:
+    if todo.size and dtype is DType.F64 and length <= _F64_ROW:
+        todo = _f64_means(rows, todo, np.maximum(high[todo], -low[todo]), means)
+    elif todo.size and dtype is not DType.F64:
         chosen = rows if todo.size == count else rows[todo]
         # Summed in float64 as NumPy converts each buffer: no widened copy of the rows.
         sums = np.add.reduce(chosen, axis=1, dtype=np.float64)
@@ -143,3 +154,73 @@ def _exact_mean(row: np.ndarray, dtype: DType) -> float:
     found = totals([row], dtype)
     units = _FORMATS[dtype].unit_bits
     return round_exact(dtype, Fraction(found.total, row.size << units))
+
+
+# -- F64: one extraction pass and a certified quotient ------------------------------------
+
+
+def _f64_means(
+    rows: np.ndarray, todo: np.ndarray, magnitude: np.ndarray, means: np.ndarray
+) -> np.ndarray:
+    """Fill ``means`` for the rows ``todo`` the fast path certifies; return the others."""
+    length = rows.shape[1]
+    per_block = max(1, _F64_BLOCK // length)
+    left = []
+    for start in range(0, todo.size, per_block):
+        chosen = todo[start : start + per_block]
+        found, ok = _f64_block(rows[chosen], magnitude[start : start + per_block])
+        means[chosen[ok]] = found[ok]
+        left.append(chosen[~ok])
+    return np.concatenate(left) if left else todo
+
+
+def _f64_block(block: np.ndarray, magnitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Correctly rounded means of finite F64 rows, and where they are certified."""
+    length = block.shape[1]
+    usable = (magnitude >= _SAFE_LOW) | (magnitude == 0.0)
+    scale = np.frexp(magnitude)[1] + (length - 1).bit_length() + 1
+    usable &= scale <= _SAFE_BITS
+    sigma = np.ldexp(1.0, np.where(usable, scale, 0))[:, None]
+    q = (block + sigma) - sigma  # multiples of 2**(scale - 53): their sums are exact
+    r = block - q  # exact
+    total = np.add.reduce(q, axis=1)
+    rest = np.add.reduce(r, axis=1)
+    delta = _gamma(length) * np.add.reduce(np.abs(r), axis=1) * 2.0
+    hi = total + rest  # TwoSum: hi + lo == total + rest exactly
+    back = hi - total
+    lo = (total - (hi - back)) + (rest - back)
+    count = float(length)
+    first = hi / count
+    found, ok = first, _cell_holds(first, hi, lo, delta, count)
+    # Not certified: the mean may round to a neighbour; try the corrected quotient once.
+    second = first + _remainder(first, hi, lo, count) / count
+    redo = ~ok & _cell_holds(second, hi, lo, delta, count)
+    found = np.where(redo, second, found) + 0.0
+    zero = magnitude == 0.0  # a row of zeros: the exact mean is +0.0
+    return np.where(zero, 0.0, found), usable & (ok | redo | zero)
+
+
+def _remainder(c: np.ndarray, hi: np.ndarray, lo: np.ndarray, count: float) -> np.ndarray:
+    """``hi + lo - c * count`` (rounded at most twice; exact products by Dekker's split)."""
+    product = c * count
+    t = c * _SPLIT
+    c_hi = t - (t - c)
+    c_lo = c - c_hi
+    u = count * _SPLIT
+    n_hi = u - (u - count)
+    n_lo = count - n_hi
+    error = ((c_hi * n_hi - product) + c_hi * n_lo + c_lo * n_hi) + c_lo * n_lo
+    return ((hi - product) - error) + lo  # type: ignore[no-any-return]
+
+
+def _cell_holds(
+    c: np.ndarray, hi: np.ndarray, lo: np.ndarray, delta: np.ndarray, count: float
+) -> np.ndarray:
+    """Where the exact mean (``hi + lo + e) / count``, ``|e| <= delta``) certainly rounds
+    to ``c``: its distance from ``c`` is below half of ``c``'s narrower neighbour gap."""
+    remainder = _remainder(c, hi, lo, count)
+    # Rounding of the last two steps of _remainder, then the remainders' sum bound.
+    error = (np.abs(remainder) * 2.0**-51 + np.abs(lo) * 2.0**-52 + delta) * 1.0000001
+    gap = np.minimum(np.nextafter(c, np.inf) - c, c - np.nextafter(c, -np.inf))
+    safe = np.abs(c) >= _SAFE_LOW
+    return np.asarray(safe & (np.abs(remainder) + error < gap * (count / 2.0)))
