@@ -41,7 +41,7 @@ _U = 2.0**-53
 _EXACT_F64 = 2**53  # integers up to this size are exact float64 values
 _EXACT_TERMS = 1 << 31  # a 64-bit accumulator of values below 2**32 is exact this far
 _F64_ROW = 1 << 20  # longer F64 rows take the exact (streaming) path
-_F64_BLOCK = 1 << 18  # elements per block of F64 rows in the fast path
+_F64_BLOCK = 1 << 17  # elements per block of F64 rows in the fast path
 _SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter
 _SAFE_LOW = 2.0**-900  # below this, products' error terms could underflow
 _SAFE_BITS = 990  # sigma up to 2**990: no product or split can overflow
@@ -166,26 +166,34 @@ def _f64_means(
     length = rows.shape[1]
     per_block = max(1, _F64_BLOCK // length)
     left = []
+    every = todo.size == rows.shape[0]  # then blocks are slices, not gathered copies
+    # Two scratch blocks reused throughout: fresh ones would cost a page fault per page.
+    scratch = np.empty((2, min(per_block, todo.size), length))
     for start in range(0, todo.size, per_block):
         chosen = todo[start : start + per_block]
-        found, ok = _f64_block(rows[chosen], magnitude[start : start + per_block])
+        block = rows[start : start + per_block] if every else rows[chosen]
+        found, ok = _f64_block(block, magnitude[start : start + per_block], scratch)
         means[chosen[ok]] = found[ok]
         left.append(chosen[~ok])
     return np.concatenate(left) if left else todo
 
 
-def _f64_block(block: np.ndarray, magnitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _f64_block(
+    block: np.ndarray, magnitude: np.ndarray, scratch: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Correctly rounded means of finite F64 rows, and where they are certified."""
     length = block.shape[1]
     usable = (magnitude >= _SAFE_LOW) | (magnitude == 0.0)
     scale = np.frexp(magnitude)[1] + (length - 1).bit_length() + 1
     usable &= scale <= _SAFE_BITS
     sigma = np.ldexp(1.0, np.where(usable, scale, 0))[:, None]
-    q = (block + sigma) - sigma  # multiples of 2**(scale - 53): their sums are exact
-    r = block - q  # exact
+    q, r = scratch[0, : block.shape[0]], scratch[1, : block.shape[0]]
+    np.add(block, sigma, out=q)
+    np.subtract(q, sigma, out=q)  # multiples of 2**(scale - 53): their sums are exact
+    np.subtract(block, q, out=r)  # exact
     total = np.add.reduce(q, axis=1)
     rest = np.add.reduce(r, axis=1)
-    delta = _gamma(length) * np.add.reduce(np.abs(r), axis=1) * 2.0
+    delta = _gamma(length) * np.add.reduce(np.abs(r, out=r), axis=1) * 2.0
     hi = total + rest  # TwoSum: hi + lo == total + rest exactly
     back = hi - total
     lo = (total - (hi - back)) + (rest - back)
