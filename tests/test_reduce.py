@@ -182,8 +182,7 @@ def test_sum_axis_forms() -> None:
         t.sum(axis=True)
     with pytest.raises(st.IndexingError):
         st.Tensor.full(D.I8, (), 1).sum(axis=0)
-    with pytest.raises(st.DTypeError, match="BOOL"):
-        st.tensor([True], D.BOOL).sum()
+    assert st.tensor([True], D.BOOL).sum() == st.Scalar(D.I64, 1)  # a count (test_toolkit)
     with pytest.raises(st.DTypeError, match="convert to F32"):
         st.tensor([1.0], D.F8_E4M3).sum()
 

@@ -14,8 +14,10 @@ from ._errors import (
     ShapeError,
 )
 from ._inspect import TensorInspection, TensorInspectionOptions
+from ._join import concatenate, stack
 from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
 from ._scalar import Scalar
+from ._select import where
 from ._shape import Shape
 from ._tensor import Tensor, tensor
 from .io import (
@@ -54,6 +56,7 @@ __all__ = [
     "TensorInfo",
     "TensorInspection",
     "TensorInspectionOptions",
+    "concatenate",
     "load_npy",
     "load_safetensors",
     "open_checkpoint",
@@ -61,5 +64,7 @@ __all__ = [
     "open_safetensors",
     "save_npy",
     "save_safetensors",
+    "stack",
     "tensor",
+    "where",
 ]

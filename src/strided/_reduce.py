@@ -27,7 +27,7 @@ from ._scalar import Scalar
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["ReduceMethods"]
+__all__ = ["ReduceMethods", "normalize_axes"]
 
 _M32 = 0xFFFFFFFF
 _EXACT_TERMS = 1 << 31  # a 64-bit accumulator of 32-bit values is exact this far
@@ -49,14 +49,26 @@ class ReduceMethods(TensorInternals):
         F16/BF16/F32 sums are within one ulp of correctly rounded; float overflow gives
         infinity. An empty sum is zero, and an exact zero is +0.0. With ``keepdims`` the
         reduced axes stay with size 1 (``axis=None`` then gives a tensor of shape
-        ``[1, ...]``). BOOL and FP8 are DTypeError; a bad axis is IndexingError.
+        ``[1, ...]``). A BOOL sum counts the true elements into I64 (as NumPy's sum of
+        bools gives int64; a count never exceeds MAX_ELEMENTS). FP8 is DTypeError; a bad
+        or repeated axis is IndexingError.
         """
         dtype = self._dtype
         check_arithmetic("sum", dtype)
-        if dtype is DType.BOOL:
-            raise DTypeError("sum: not defined for BOOL; convert to an integer dtype first")
         array = self._array
+        if dtype is DType.BOOL:
+            return self._count_true(array, axis, keepdims, "sum")
         return self._sum(array, dtype, axis, keepdims)
+
+    def _count_true(
+        self, mask: np.ndarray, axis: object, keepdims: bool, what: str
+    ) -> Scalar | Tensor:
+        """How many elements of a bool array are true, as an I64 Scalar or tensor."""
+        if axis is None and not keepdims:
+            return Scalar._trusted(DType.I64, int(np.count_nonzero(mask)))
+        axes = tuple(range(mask.ndim)) if axis is None else normalize_axes(axis, mask.ndim, what)
+        counts = np.count_nonzero(mask, axis=axes, keepdims=bool(keepdims))
+        return self._adopt(np.asarray(counts, dtype=np.int64), DType.I64)
 
     def _sum(
         self, array: np.ndarray, dtype: DType, axis: object, keepdims: bool
@@ -66,7 +78,7 @@ class ReduceMethods(TensorInternals):
             if not keepdims:
                 return total
             return self._adopt(np.full((1,) * array.ndim, total.value, dtype=dtype.numpy), dtype)
-        axes = _normalize_axes(axis, array.ndim)
+        axes = normalize_axes(axis, array.ndim, "sum")
         result = _sum_axes(array, dtype, axes, bool(keepdims))
         if keepdims:
             result = result.reshape([1 if i in axes else d for i, d in enumerate(array.shape)])
@@ -96,13 +108,15 @@ class ReduceMethods(TensorInternals):
 # -- sums -------------------------------------------------------------------------------------
 
 
-def _normalize_axes(axis: object, ndim: int) -> tuple[int, ...]:
+def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
+    """An int or a tuple (or list) of axes as non-negative ints; IndexingError when one is
+    out of range or repeated (NumPy refuses a repeated axis too)."""
     from ._tensor import normalize_axis
 
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
-    axes = tuple(normalize_axis(item, ndim, "sum") for item in items)
+    axes = tuple(normalize_axis(item, ndim, what) for item in items)
     if len(set(axes)) != len(axes):
-        raise IndexingError(f"sum: repeated axis in {list(axes)}")
+        raise IndexingError(f"{what}: repeated axis in {list(axes)}")
     return axes
 
 

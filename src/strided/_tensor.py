@@ -38,12 +38,14 @@ from ._construct import (
 )
 from ._dtype import DType, as_dtype, finite_range
 from ._errors import DTypeError, IndexingError, ShapeError
+from ._extrema import StatsMethods
 from ._inspect import InspectMethods
 from ._interop import InteropMethods, foreign_hint
 from ._limits import check_dims, int_text
 from ._memory import guard_function, view_only
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
+from ._select import SelectMethods, masked
 from ._shape import Shape
 from ._text import TextMethods
 from ._update import UpdateMethods
@@ -57,7 +59,14 @@ _SETITEM_HINT = (
 
 
 class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces None
-    InteropMethods, ArithMethods, ReduceMethods, UpdateMethods, TextMethods, InspectMethods
+    InteropMethods,
+    ArithMethods,
+    ReduceMethods,
+    StatsMethods,
+    SelectMethods,
+    UpdateMethods,
+    TextMethods,
+    InspectMethods,
 ):
     """An immutable, exact, strided tensor.
 
@@ -375,7 +384,15 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         """``t[index]``: ints (negative allowed), slices with any step, ``None`` and one
         ``...``; a lone index or a tuple. All-int indices give a rank-0 view. Anything
         else (bools, lists, arrays), out-of-range ints and zero steps are IndexingError.
+
+        The one index that copies: a BOOL Tensor ``mask`` whose shape equals the leading
+        axes of ``t`` (NumPy's boolean mask). ``t[mask]`` is a new contiguous tensor of
+        the selected elements in row-major order, shape ``[count, *t.shape[mask.ndim:]]``;
+        a shape mismatch, or a tensor of another dtype, is IndexingError (use ``take``
+        for integer indices). Lists of bools are not masks (IndexingError).
         """
+        if isinstance(index, Tensor):
+            return masked(self, index)
         return self._wrap(_indexing.apply(self._array, _indexing.normalize(index)))
 
     @view_only

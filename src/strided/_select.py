@@ -1,0 +1,239 @@
+"""Selection that copies: ``t.take(indices, axis)``, boolean masks ``t[mask]`` and ``where``.
+
+Every path validates first (dtypes, shapes, every index against the axis length, the
+result against MAX_RANK and MAX_ELEMENTS) and then makes one NumPy call on the tensors'
+own views, whose result becomes a new contiguous tensor. Selection never computes a
+value, so it works for every dtype, the storage-only FP8 ones included, and copies bits
+exactly (NaN payloads and -0.0 too).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._base import TensorInternals
+from ._checked import first_index
+from ._construct import NumericRows, nested_shape, seal, shaped
+from ._dtype import DType
+from ._errors import DTypeError, IndexingError, ShapeError
+from ._limits import MAX_RANK, check_dims, describe, int_text
+from ._memory import guard_function
+from ._scalar import Scalar
+
+if TYPE_CHECKING:
+    from ._tensor import Tensor
+
+__all__ = ["SelectMethods", "adopt_result", "masked", "where"]
+
+
+def adopt_result(array: np.ndarray, dtype: DType) -> Tensor:
+    """A freshly computed NumPy result that no one else holds, as a new tensor.
+
+    A C-contiguous array that owns its memory in ``dtype`` (native byte order counts:
+    NumPy results are ``=f4`` where the dtype table says ``<f4``) is sealed as it is,
+    without the copy ``Tensor._adopt`` would make to change the byte-order label.
+    """
+    from ._tensor import Tensor
+
+    flags = array.flags
+    if flags.owndata and flags.c_contiguous and array.dtype == dtype.numpy:
+        return Tensor._wrap(shaped(seal(array), array.shape))
+    return Tensor._adopt(array, dtype)
+
+
+class SelectMethods(TensorInternals):
+    """Mixin of Tensor: ``take``."""
+
+    __slots__ = ()
+
+    def take(self, indices: object, axis: int | None = None) -> Tensor:
+        """Elements at ``indices`` along ``axis``, as ``numpy.take`` (an embedding lookup).
+
+        ``indices`` is an integer Tensor (any integer dtype), nested lists of ints, or an
+        int; negative indices count from the end. The result has shape
+        ``shape[:axis] + indices.shape + shape[axis + 1:]``; ``axis=None`` takes from the
+        flattened row-major elements. An index out of range is IndexingError naming the
+        first bad one (its position in ``indices``, its value and the axis length); a
+        BOOL or float index tensor is DTypeError; a bad axis IndexingError. The result is
+        a new contiguous tensor (a copy); every dtype works, FP8 included.
+        """
+        array = self._array
+        if axis is None:
+            source, at = array.reshape(-1), 0  # reshape copies only a non-contiguous view
+            place = "the flattened tensor"
+        else:
+            at = _axis(axis, array.ndim)
+            source, place = array, f"axis {at}"
+        length = source.shape[at]
+        chosen = _index_array(indices, length, place)
+        if not 0 < chosen.size <= length or source.ndim + chosen.ndim > MAX_RANK + 1:
+            # Otherwise the result is no larger than the source, which is within the caps.
+            check_dims((*source.shape[:at], *chosen.shape, *source.shape[at + 1 :]), "take")
+        try:
+            # NumPy checks intp indices itself (negatives included), the cheapest way;
+            # other integer dtypes were checked before their conversion to intp.
+            taken = np.take(source, chosen, axis=at)
+        except IndexError as error:
+            _check_range(chosen, length, place)  # names the first bad index
+            raise IndexingError(f"take: {error}") from None
+        return adopt_result(taken, self._dtype)
+
+
+def _axis(axis: object, ndim: int) -> int:
+    if type(axis) is int and -ndim <= axis < ndim:
+        return axis % ndim
+    from ._tensor import normalize_axis
+
+    return normalize_axis(axis, ndim, "take")
+
+
+def _index_array(indices: object, length: int, place: str) -> np.ndarray:
+    """``indices`` as an integer array (a Tensor's own, int64 for Python ints), each one
+    checked to lie in ``-length <= i < length``."""
+    if isinstance(indices, TensorInternals):
+        dtype = indices._dtype
+        if not dtype.is_integer:
+            raise DTypeError(f"take: indices must have an integer dtype, found {dtype.name}")
+        chosen = indices._array
+        if chosen.dtype == np.intp:
+            return chosen  # range-checked by np.take itself (see take)
+    elif isinstance(indices, np.ndarray):
+        raise DTypeError("take: wrap a numpy.ndarray of indices with Tensor.from_numpy first")
+    elif isinstance(indices, (list, tuple)):
+        chosen = _list_indices(indices, length, place)
+    else:
+        chosen = _list_indices([indices], length, place).reshape(())
+    _check_range(chosen, length, place)
+    return chosen if chosen.dtype == np.intp else chosen.astype(np.intp)  # in range: exact
+
+
+def _list_indices(indices: list[Any] | tuple[Any, ...], length: int, place: str) -> np.ndarray:
+    dims, leaves = nested_shape(indices)
+    if isinstance(leaves, NumericRows) and leaves.types == _INT_ONLY:
+        try:
+            return np.array(leaves.rows, dtype=np.int64).reshape(dims)  # the bulk path
+        except OverflowError:
+            pass  # an int beyond 64 bits: the value-by-value path names it
+    values = [_as_index(leaf) for leaf in leaves]
+    for i, value in enumerate(values):
+        if not -length <= value < length:
+            raise IndexingError(
+                f"take: index {int_text(value)} at position {list(_unravel(i, dims))} is out "
+                f"of range for {place} of length {length}"
+            )
+    return np.array(values, dtype=np.int64).reshape(dims)
+
+
+_INT_ONLY = frozenset({int})
+
+
+def _as_index(value: object) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_, float, str, bytes)):
+        raise DTypeError(
+            f"take: indices must be ints, found {type(value).__name__} {describe(value)}"
+        )
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except Exception:  # a hostile __index__ may raise anything
+        raise DTypeError(f"take: indices must be ints, found {type(value).__name__}") from None
+
+
+def _unravel(flat: int, dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, dims)) if dims else ()
+
+
+def _check_range(chosen: np.ndarray, length: int, place: str) -> None:
+    """IndexingError naming the first index outside ``-length <= i < length``."""
+    if chosen.size == 0 or (-length <= chosen.min() and chosen.max() < length):
+        return
+    position = first_index(np.asarray((chosen < -length) | (chosen >= length)))
+    raise IndexingError(
+        f"take: index {int(chosen[position])} at position {list(position)} is out of range "
+        f"for {place} of length {length}"
+    )
+
+
+# -- masks ------------------------------------------------------------------------------------
+
+
+def _masked(tensor: Any, mask: Any) -> Tensor:
+    """``tensor[mask]`` for a BOOL tensor ``mask`` covering the leading axes (a copy)."""
+    if mask.dtype is not DType.BOOL:
+        raise IndexingError(
+            f"index: a {mask.dtype.name} tensor is not an index; only a BOOL tensor is a mask "
+            f"(use take for integer indices)"
+        )
+    shape, cover = tensor._array.shape, mask._array.shape
+    if shape[: len(cover)] != cover:
+        raise IndexingError(
+            f"index: mask of shape {list(cover)} does not match the leading axes of "
+            f"shape {list(shape)}"
+        )
+    check_dims((int(np.count_nonzero(mask._array)), *shape[len(cover) :]), "index")
+    return adopt_result(tensor._array[mask._array], tensor._dtype)
+
+
+masked = guard_function(_masked, "index")
+
+
+# -- where ------------------------------------------------------------------------------------
+
+
+@guard_function
+def where(cond: object, a: object, b: object) -> Tensor:
+    """Elements of ``a`` where ``cond`` is true, else of ``b`` (NumPy's ``where``).
+
+    ``cond`` is a BOOL Tensor; ``a`` and ``b`` are tensors of one dtype (no promotion:
+    DTypeError otherwise), or one of them is a scalar-like (a Scalar of that dtype, a
+    Python number or text) converted exactly into the other's dtype. The three shapes
+    broadcast NumPy-style (ShapeError otherwise). The result is a new contiguous tensor
+    of that dtype, bits copied exactly; every dtype works, FP8 included.
+    """
+    from ._shape import Shape
+    from ._tensor import Tensor
+
+    if not isinstance(cond, Tensor) or cond.dtype is not DType.BOOL:
+        found = cond.dtype.name if isinstance(cond, Tensor) else type(cond).__name__
+        raise DTypeError(f"where: cond must be a BOOL tensor, found {found}")
+    dtype = _common_dtype(a, b)
+    left, right = _operand(a, dtype), _operand(b, dtype)
+    try:
+        dims = Shape(cond._array.shape).broadcast(left.shape).broadcast(right.shape)
+    except ShapeError:
+        raise ShapeError(
+            f"where: shapes {list(cond._array.shape)}, {list(left.shape)} and "
+            f"{list(right.shape)} cannot be broadcast together"
+        ) from None
+    check_dims(dims, "where")
+    return adopt_result(np.where(cond._array, left, right), dtype)
+
+
+def _common_dtype(a: object, b: object) -> DType:
+    from ._tensor import Tensor
+
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.dtype is not b.dtype:
+            raise DTypeError(
+                f"where: dtypes differ ({a.dtype.name} and {b.dtype.name}); convert one first"
+            )
+        return a.dtype
+    if isinstance(a, Tensor):
+        return a.dtype
+    if isinstance(b, Tensor):
+        return b.dtype
+    raise DTypeError("where: a or b must be a Tensor (its dtype is the result's)")
+
+
+def _operand(value: object, dtype: DType) -> np.ndarray:
+    from ._tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return value._array
+    if isinstance(value, np.ndarray):
+        raise DTypeError("where: wrap a numpy.ndarray with Tensor.from_numpy first")
+    return np.asarray(Scalar(dtype, value).value, dtype=dtype.numpy)
