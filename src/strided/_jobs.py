@@ -6,12 +6,15 @@ job can combine chunks; a digest cannot, it is one SHA-256 stream per tensor). T
 depends only on the tensors, never on the number of workers, and every task's result
 is exact, so combining results in task order gives the same output for any ``--jobs``.
 
-With ``--jobs N`` the calling process and N - 1 worker processes
-(``concurrent.futures.ProcessPoolExecutor``) run tasks; workers open the checkpoint
-files themselves by path (nothing large crosses a pipe) and keep them open for the
-tasks that follow. With one job every task runs in the calling process.
-When a task fails, the error reported is the one of the first failing task in task
-order (later tasks are cancelled), so errors too are the same for any number of jobs.
+Tasks run on an engine (``runner``): with ``--jobs N`` the calling process and N - 1
+worker processes (``concurrent.futures.ProcessPoolExecutor``, the ``Runner`` here);
+with a Dask scheduler address, the workers of a ``dask.distributed`` cluster
+(``_dask_engine``). Both run the same task functions on the same tasks. Workers open
+the checkpoint files themselves by path (nothing large crosses a pipe or the network)
+and keep them open for the tasks that follow. With one job every task runs in the
+calling process. When a task fails, the error reported is the one of the first failing
+task in task order (later tasks are cancelled), so errors too are the same for any
+number of workers.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASK_BYTES",
+    "Engine",
+    "EngineError",
     "JobError",
     "Part",
     "Runner",
     "loaded",
     "opened",
     "plan",
+    "runner",
     "sharing",
+    "task_scope",
     "where",
 ]
 
@@ -63,6 +70,11 @@ class JobError(Exception):
 
     def __str__(self) -> str:
         return f"{self.path}: tensor {self.name!r}: {self.message}"
+
+
+class EngineError(Exception):
+    """The engine itself failed (a scheduler out of reach, a worker that cannot see a
+    file): one line, reported as bad usage rather than bad input."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,24 +124,34 @@ def where(path: str) -> str:
 
 
 # -- the worker side: checkpoints opened once per process ---------------------------------
+# A Dask worker may run several tasks at once in threads: the cache is guarded by a
+# lock, and a checkpoint evicted while other tasks run is closed when the last ends.
 
 _OPEN: dict[str, Checkpoint] = {}
 _SHARED: set[str] = set()
 _LAST: list[tuple[str, str, Tensor]] = []
+_LOCK = threading.RLock()
+_BUSY = [0]  # tasks running in this process inside ``task_scope``
+_RETIRED: list[Checkpoint] = []
 
 
 def opened(path: str) -> Checkpoint:
     """The checkpoint at ``path``, opened once per process and kept for later tasks."""
-    found = _OPEN.get(path)
-    if found is None:
-        from ._checkpoint import open_checkpoint
+    with _LOCK:
+        found = _OPEN.get(path)
+        if found is None:
+            from ._checkpoint import open_checkpoint
 
-        unshared = [key for key in _OPEN if key not in _SHARED]
-        if len(unshared) >= _OPEN_LIMIT:
-            _OPEN.pop(unshared[0]).close()
-            _LAST.clear()
-        found = _OPEN[path] = open_checkpoint(path)
-    return found
+            unshared = [key for key in _OPEN if key not in _SHARED]
+            if len(unshared) >= _OPEN_LIMIT:
+                evicted = _OPEN.pop(unshared[0])
+                if _BUSY[0] > 1:
+                    _RETIRED.append(evicted)
+                else:
+                    evicted.close()
+                _LAST.clear()
+            found = _OPEN[path] = open_checkpoint(path)
+        return found
 
 
 def loaded(path: str, name: str) -> Tensor:
@@ -138,14 +160,32 @@ def loaded(path: str, name: str) -> Tensor:
     Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
     tensor that must be decoded whole (a compressed member) is decoded once per worker.
     """
-    for index, (where_, found_name, tensor) in enumerate(_LAST):
-        if where_ == path and found_name == name:
-            _LAST.append(_LAST.pop(index))
-            return tensor
-    tensor = opened(path)[name]
-    _LAST.append((path, name, tensor))
-    del _LAST[:-2]
-    return tensor
+    with _LOCK:
+        for index, (where_, found_name, tensor) in enumerate(_LAST):
+            if where_ == path and found_name == name:
+                _LAST.append(_LAST.pop(index))
+                return tensor
+        tensor = opened(path)[name]
+        _LAST.append((path, name, tensor))
+        del _LAST[:-2]
+        return tensor
+
+
+@contextlib.contextmanager
+def task_scope() -> Iterator[None]:
+    """Mark a task running in this process (threads of a Dask worker run several)."""
+    with _LOCK:
+        _BUSY[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _BUSY[0] -= 1
+            retired = _RETIRED[:] if not _BUSY[0] else []
+            if retired:
+                _RETIRED.clear()
+        for checkpoint in retired:
+            checkpoint.close()
 
 
 @contextlib.contextmanager
@@ -185,6 +225,41 @@ def _worker_start(parent: int) -> None:
 
 class _Progress(Protocol):
     def update(self, done: int) -> None: ...
+
+
+class Engine(Protocol):
+    """What runs a job's tasks: ``Runner`` (processes here) or a Dask cluster."""
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def run(
+        self,
+        function: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        weights: Sequence[int] | None = None,
+        progress: _Progress | None = None,
+    ) -> list[Any]: ...
+
+
+def runner(jobs: int, scheduler: str | None = None) -> Engine:
+    """The engine for ``--jobs N`` or, given a scheduler address, for a Dask cluster.
+
+    ``scheduler`` is ``tcp://host:port`` (any address ``dask.distributed`` accepts) or
+    ``local:N`` (a local cluster of N worker processes while the engine is open).
+    Without Dask installed that is an EngineError saying how to install it.
+    """
+    if scheduler is None:
+        return Runner(jobs)
+    from ._dask_engine import DaskRunner
+
+    return DaskRunner(scheduler)
 
 
 class _Slot:
