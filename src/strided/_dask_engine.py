@@ -74,7 +74,8 @@ class DaskRunner:
                 n_workers=int(self.address[len("local:") :]),
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=None,
+                dashboard_address=":0",  # any free port for its HTTP routes, no dashboard
+                scheduler_kwargs={"dashboard": False},
                 silence_logs=logging.ERROR,
             )
             target: Any = self._cluster

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -49,8 +50,9 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
     """Every tensor of the checkpoint at ``path`` as a lazy ``dask.array.Array``.
 
     ``chunks`` is anything ``dask.array.from_array`` accepts (``"auto"``, an int, a
-    tuple, a dict by axis), applied to each tensor; a chunking that does not fit a
-    tensor is ShapeError naming it. Each chunk is read in the worker that computes it
+    tuple, a dict by axis), applied to each tensor, or a dict by tensor name of those
+    (tensors it does not name get ``"auto"``); a chunking that does not fit a tensor
+    is ShapeError naming it. Each chunk is read in the worker that computes it
     (a read-only view of the memory-mapped file where the format allows). Names are
     in file order; tensors whose stored type strided cannot decode (safetensors
     ``F4``...) are left out. The file is read only for its header here: opening
@@ -71,8 +73,15 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
                 continue
             shape = tuple(int(dim) for dim in info.shape)
             source = TensorChunks(location, name, shape, dtype.numpy, quantized)
-            arrays[name] = _array(source, chunks, stamp)
+            arrays[name] = _array(source, _chunks_of(chunks, name), stamp)
     return arrays
+
+
+def _chunks_of(chunks: Any, name: str) -> Any:
+    """The chunking asked for tensor ``name`` (a dict with str keys is by tensor name)."""
+    if isinstance(chunks, Mapping) and any(isinstance(key, str) for key in chunks):
+        return chunks.get(name, "auto")
+    return chunks
 
 
 def _stamp(path: str) -> tuple[int, int]:
