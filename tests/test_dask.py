@@ -175,6 +175,24 @@ def test_a_path_the_workers_cannot_see_is_named(
     assert err.count("\n") == 1
 
 
+def test_a_file_rewritten_between_commands_is_read_afresh(
+    client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers outlive commands and keep files open; a rewritten file is not read stale."""
+    path = tmp_path / "model.safetensors"
+    address = client.scheduler.address
+    for round_ in range(3):
+        values = np.full((64, 64), round_, dtype=np.float32)
+        staged = tmp_path / "staged.safetensors"
+        st.save_safetensors(staged, {"w": st.Tensor.from_numpy(values)})
+        os.replace(staged, path)
+        assert run(capsys, "hash", str(path), "--scheduler", address) == run(
+            capsys, "hash", str(path)
+        )
+        array = sd.from_checkpoint(path)["w"]
+        assert array.compute().tolist() == values.tolist()
+
+
 def test_jobs_and_scheduler_together_are_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(["hash", str(EXAMPLE), "--jobs", "2", "--scheduler", "local:2"])

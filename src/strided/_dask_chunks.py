@@ -33,14 +33,23 @@ class TensorChunks:
     """Tensor ``name`` of the checkpoint at ``path``, sliced in whichever process asks.
 
     ``shape`` and ``dtype`` (a NumPy dtype) come from the header; ``quantized`` tensors
-    are read through their dequantized F32 values.
+    are read through their dequantized F32 values. ``version`` identifies the file's
+    state (size, modification time): a worker keeps files open between tasks, and a
+    file rewritten since is opened afresh.
     """
 
-    __slots__ = ("dtype", "name", "ndim", "path", "quantized", "shape")
+    __slots__ = ("dtype", "name", "ndim", "path", "quantized", "shape", "version")
 
     def __init__(
-        self, path: str, name: str, shape: tuple[int, ...], dtype: np.dtype[Any], quantized: bool
+        self,
+        path: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        quantized: bool,
+        version: object = None,
     ) -> None:
+        self.version = version
         self.path = path
         self.name = name
         self.shape = shape
@@ -50,7 +59,7 @@ class TensorChunks:
 
     def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
         """The block at ``index`` (slices, as Dask asks): a read-only view where possible."""
-        with task_scope():
+        with task_scope(self.version):
             if not self.quantized:
                 return np.asarray(loaded(self.path, self.name).numpy()[index])
             return self._dequantized(index)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
@@ -36,10 +37,14 @@ def require(module: str, what: str) -> Any:
         ) from None
 
 
-def run_in_worker(function: Callable[[Any], Any], task: Any) -> Any:
-    """``function(task)`` on a Dask worker; a file the worker cannot see is an EngineError."""
+def run_in_worker(function: Callable[[Any], Any], task: Any, version: str) -> Any:
+    """``function(task)`` on a Dask worker; a file the worker cannot see is an EngineError.
+
+    ``version`` names the command's run: files the worker kept open for an earlier
+    command (and may since have been rewritten) are not reused.
+    """
     try:
-        with task_scope():
+        with task_scope(version):
             return function(task)
     except FileNotFoundError as error:
         missing = error.filename if error.filename is not None else "a file"
@@ -69,18 +74,9 @@ class DaskRunner:
             distributed = require("distributed", "--scheduler")
         except ImportError as error:
             raise EngineError(str(error)) from None
+        target: Any = self.address
         if self.address.startswith("local:"):
-            self._cluster = distributed.LocalCluster(
-                n_workers=int(self.address[len("local:") :]),
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=":0",  # any free port for its HTTP routes, no dashboard
-                scheduler_kwargs={"dashboard": False},
-                silence_logs=logging.ERROR,
-            )
-            target: Any = self._cluster
-        else:
-            target = self.address
+            self._cluster = target = _local_cluster(distributed, self.address)
         try:
             self._client = distributed.Client(target, timeout=CONNECT_TIMEOUT, set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as error:
@@ -124,7 +120,11 @@ class DaskRunner:
             raise EngineError("the Dask runner is not open")
         weights = weights if weights is not None else [1] * len(tasks)
         distributed = require("distributed", "--scheduler")
-        futures = [self._client.submit(run_in_worker, function, task, pure=False) for task in tasks]
+        version = uuid.uuid4().hex
+        futures = [
+            self._client.submit(run_in_worker, function, task, version, pure=False)
+            for task in tasks
+        ]
         position = {future.key: index for index, future in enumerate(futures)}
         results: list[Any] = [None] * len(tasks)
         errors: dict[int, BaseException] = {}
@@ -156,6 +156,24 @@ class DaskRunner:
         if errors:
             raise errors[min(errors)]
         return results
+
+
+def _local_cluster(distributed: Any, address: str) -> Any:
+    """A cluster of N single-threaded worker processes on this machine (``local:N``)."""
+    count = address[len("local:") :]
+    if not count.isdigit() or not 1 <= int(count) <= 1024:
+        raise EngineError(f"local:N takes a number of workers from 1 to 1024, found {address!r}")
+    try:
+        return distributed.LocalCluster(
+            n_workers=int(count),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # any free port for its HTTP routes, no dashboard
+            scheduler_kwargs={"dashboard": False},
+            silence_logs=logging.ERROR,
+        )
+    except Exception as error:  # whatever stopped it, the command cannot go on
+        raise EngineError(f"cannot start a local Dask cluster: {_first_line(error)}") from None
 
 
 def _translated(error: Exception, distributed: Any) -> BaseException:

@@ -126,23 +126,33 @@ def where(path: str) -> str:
 # -- the worker side: checkpoints opened once per process ---------------------------------
 # A Dask worker may run several tasks at once in threads: the cache is guarded by a
 # lock, and a checkpoint evicted while other tasks run is closed when the last ends.
+# A Dask worker also outlives the command that used it: its tasks run under a
+# ``version`` (one per command, or the file's stamp), so a file rewritten between two
+# commands is opened afresh instead of being read through a stale mapping.
 
-_OPEN: dict[str, Checkpoint] = {}
-_SHARED: set[str] = set()
-_LAST: list[tuple[str, str, Tensor]] = []
+_Key = tuple[str, object]  # (path, version)
+_OPEN: dict[_Key, Checkpoint] = {}
+_SHARED: set[_Key] = set()
+_LAST: list[tuple[_Key, str, Tensor]] = []
 _LOCK = threading.RLock()
 _BUSY = [0]  # tasks running in this process inside ``task_scope``
 _RETIRED: list[Checkpoint] = []
+_TASK = threading.local()  # the version of the task running in this thread
+
+
+def _key(path: str) -> _Key:
+    return (path, getattr(_TASK, "version", None))
 
 
 def opened(path: str) -> Checkpoint:
     """The checkpoint at ``path``, opened once per process and kept for later tasks."""
+    key = _key(path)
     with _LOCK:
-        found = _OPEN.get(path)
+        found = _OPEN.get(key)
         if found is None:
             from ._checkpoint import open_checkpoint
 
-            unshared = [key for key in _OPEN if key not in _SHARED]
+            unshared = [item for item in _OPEN if item not in _SHARED]
             if len(unshared) >= _OPEN_LIMIT:
                 evicted = _OPEN.pop(unshared[0])
                 if _BUSY[0] > 1:
@@ -150,7 +160,7 @@ def opened(path: str) -> Checkpoint:
                 else:
                     evicted.close()
                 _LAST.clear()
-            found = _OPEN[path] = open_checkpoint(path)
+            found = _OPEN[key] = open_checkpoint(path)
         return found
 
 
@@ -160,25 +170,30 @@ def loaded(path: str, name: str) -> Tensor:
     Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
     tensor that must be decoded whole (a compressed member) is decoded once per worker.
     """
+    key = _key(path)
     with _LOCK:
-        for index, (where_, found_name, tensor) in enumerate(_LAST):
-            if where_ == path and found_name == name:
+        for index, (found_key, found_name, tensor) in enumerate(_LAST):
+            if found_key == key and found_name == name:
                 _LAST.append(_LAST.pop(index))
                 return tensor
         tensor = opened(path)[name]
-        _LAST.append((path, name, tensor))
+        _LAST.append((key, name, tensor))
         del _LAST[:-2]
         return tensor
 
 
 @contextlib.contextmanager
-def task_scope() -> Iterator[None]:
-    """Mark a task running in this process (threads of a Dask worker run several)."""
+def task_scope(version: object = None) -> Iterator[None]:
+    """Run a task in this thread under ``version`` (see above); threads of a Dask worker
+    run several tasks at once."""
+    before = getattr(_TASK, "version", None)
+    _TASK.version = version
     with _LOCK:
         _BUSY[0] += 1
     try:
         yield
     finally:
+        _TASK.version = before
         with _LOCK:
             _BUSY[0] -= 1
             retired = _RETIRED[:] if not _BUSY[0] else []
@@ -191,18 +206,19 @@ def task_scope() -> Iterator[None]:
 @contextlib.contextmanager
 def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
     """Let tasks run in this process use checkpoints already open here (by ``where`` path)."""
-    added = []
+    added: list[_Key] = []
     for path, checkpoint in checkpoints:
-        if path not in _OPEN:
-            _OPEN[path] = checkpoint
-            _SHARED.add(path)
-            added.append(path)
+        key: _Key = (path, None)
+        if key not in _OPEN:
+            _OPEN[key] = checkpoint
+            _SHARED.add(key)
+            added.append(key)
     try:
         yield
     finally:
-        for path in added:
-            _OPEN.pop(path, None)
-            _SHARED.discard(path)
+        for key in added:
+            _OPEN.pop(key, None)
+            _SHARED.discard(key)
         _LAST.clear()
 
 

@@ -72,7 +72,7 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
             else:
                 continue
             shape = tuple(int(dim) for dim in info.shape)
-            source = TensorChunks(location, name, shape, dtype.numpy, quantized)
+            source = TensorChunks(location, name, shape, dtype.numpy, quantized, stamp)
             arrays[name] = _array(source, _chunks_of(chunks, name), stamp)
     return arrays
 
@@ -84,16 +84,18 @@ def _chunks_of(chunks: Any, name: str) -> Any:
     return chunks
 
 
-def _stamp(path: str) -> tuple[int, int]:
-    """What identifies this version of the file in chunk names (size, modification)."""
+def _stamp(path: str) -> tuple[int, ...]:
+    """What identifies this state of the file (or folder of shards): sizes and times."""
     try:
-        found = os.stat(path)
+        found = [os.stat(path)]
+        if os.path.isdir(path):
+            found += [entry.stat() for entry in sorted(os.scandir(path), key=lambda e: e.name)]
     except OSError:
-        return (0, 0)
-    return (found.st_size, found.st_mtime_ns)
+        return (0,)
+    return tuple(value for item in found for value in (item.st_size, item.st_mtime_ns))
 
 
-def _array(source: TensorChunks, chunks: Any, stamp: tuple[int, int]) -> Any:
+def _array(source: TensorChunks, chunks: Any, stamp: tuple[int, ...]) -> Any:
     try:
         normal = _da.core.normalize_chunks(chunks, source.shape, dtype=source.dtype)
     except (ValueError, TypeError, NotImplementedError) as error:
