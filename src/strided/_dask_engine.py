@@ -170,7 +170,7 @@ def _local_cluster(distributed: Any, address: str) -> Any:
             processes=True,
             dashboard_address=":0",  # any free port for its HTTP routes, no dashboard
             scheduler_kwargs={"dashboard": False},
-            silence_logs=logging.ERROR,
+            silence_logs=logging.CRITICAL,  # task failures are reported here, once
         )
     except Exception as error:  # whatever stopped it, the command cannot go on
         raise EngineError(f"cannot start a local Dask cluster: {_first_line(error)}") from None
