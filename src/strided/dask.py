@@ -131,8 +131,8 @@ def exact_sum(array: Any) -> Scalar:
     dtype = DType.from_numpy(array.dtype)
     if dtype is DType.BOOL or dtype.is_storage_only:
         raise DTypeError(f"exact_sum: not defined for {dtype.name}; convert to a wider dtype first")
-    partial = _dask.delayed(_partial, pure=True)
-    merge = _dask.delayed(_merge, pure=True)
+    partial = _dask.delayed(_partial, pure=False)  # fresh keys: a repeat is computed anew
+    merge = _dask.delayed(_merge, pure=False)
     level = [partial(block, dtype.name) for block in array.to_delayed().ravel().tolist()]
     while len(level) > 1:
         level = [merge(*level[i : i + _FAN_IN]) for i in range(0, len(level), _FAN_IN)]
