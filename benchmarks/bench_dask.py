@@ -3,13 +3,18 @@
 A 256 MiB checkpoint (16 F32 tensors of 16 MiB) is hashed and verified by the real
 command line, each run a fresh ``python -m strided`` process (so every side pays the
 same interpreter start): ``--scheduler`` pointing at a ``LocalCluster(n_workers=2)``
-started before anything is timed, against ``--jobs 2`` and ``--jobs 1``. Then
+started before anything is timed, against ``--jobs 2`` and ``--jobs 1``. A ``hash``
+row in this process (Dask already imported) shows the cost without the import of
+``distributed``, against ``--jobs 1`` in this process (``--jobs 2`` is left out there:
+with Dask's threads running, its workers could not be forked). Then
 ``strided.dask.exact_sum`` of one 64 MiB tensor read by ``from_checkpoint`` on that
 cluster, against ``Tensor.sum()`` in this process. Needs the ``dask`` extra.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import strided as st
+from strided.cli import main
 
 from ._harness import Row, optional
 
@@ -53,6 +59,14 @@ def _command(*args: str) -> Callable[[], object]:
             env=environment,
             check=True,
         )
+
+    return run
+
+
+def _in_process(*args: str) -> Callable[[], object]:
+    def run() -> object:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return main(list(args))
 
     return run
 
@@ -93,6 +107,13 @@ def rows() -> Iterator[Row]:
                     "B",
                     mib * _MIB,
                 )
+            yield Row(
+                f"hash {mib} MiB in this process, Dask 2 workers",
+                _in_process("hash", path, "--scheduler", address),
+                {"--jobs 1": _in_process("hash", path)},
+                "B",
+                mib * _MIB,
+            )
             head = sd.from_checkpoint(path, chunks={"lm_head.weight": (4096, 1024)})[
                 "lm_head.weight"
             ]

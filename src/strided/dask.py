@@ -55,7 +55,9 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
     is ShapeError naming it. Each chunk is read in the worker that computes it
     (a read-only view of the memory-mapped file where the format allows). Names are
     in file order; tensors whose stored type strided cannot decode (safetensors
-    ``F4``...) are left out. The file is read only for its header here: opening
+    ``F4``...) are left out. F8_E5M2 chunks cross between processes as their bytes
+    (Dask's wire format cannot describe that dtype) and arrive as F8_E5M2 again; the
+    other dtypes travel as they are. The file is read only for its header here: opening
     failures raise as ``open_checkpoint`` does; the file must not change while the
     arrays are in use.
     """
