@@ -6,12 +6,15 @@ job can combine chunks; a digest cannot, it is one SHA-256 stream per tensor). T
 depends only on the tensors, never on the number of workers, and every task's result
 is exact, so combining results in task order gives the same output for any ``--jobs``.
 
-With ``--jobs N`` the calling process and N - 1 worker processes
-(``concurrent.futures.ProcessPoolExecutor``) run tasks; workers open the checkpoint
-files themselves by path (nothing large crosses a pipe) and keep them open for the
-tasks that follow. With one job every task runs in the calling process.
-When a task fails, the error reported is the one of the first failing task in task
-order (later tasks are cancelled), so errors too are the same for any number of jobs.
+Tasks run on an engine (``runner``): with ``--jobs N`` the calling process and N - 1
+worker processes (``concurrent.futures.ProcessPoolExecutor``, the ``Runner`` here);
+with a Dask scheduler address, the workers of a ``dask.distributed`` cluster
+(``_dask_engine``). Both run the same task functions on the same tasks. Workers open
+the checkpoint files themselves by path (nothing large crosses a pipe or the network)
+and keep them open for the tasks that follow. With one job every task runs in the
+calling process. When a task fails, the error reported is the one of the first failing
+task in task order (later tasks are cancelled), so errors too are the same for any
+number of workers.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASK_BYTES",
+    "Engine",
+    "EngineError",
     "JobError",
     "Part",
     "Runner",
     "loaded",
     "opened",
     "plan",
+    "runner",
     "sharing",
+    "task_scope",
     "where",
 ]
 
@@ -63,6 +70,11 @@ class JobError(Exception):
 
     def __str__(self) -> str:
         return f"{self.path}: tensor {self.name!r}: {self.message}"
+
+
+class EngineError(Exception):
+    """The engine itself failed (a scheduler out of reach, a worker that cannot see a
+    file): one line, reported as bad usage rather than bad input."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,24 +124,44 @@ def where(path: str) -> str:
 
 
 # -- the worker side: checkpoints opened once per process ---------------------------------
+# A Dask worker may run several tasks at once in threads: the cache is guarded by a
+# lock, and a checkpoint evicted while other tasks run is closed when the last ends.
+# A Dask worker also outlives the command that used it: its tasks run under a
+# ``version`` (one per command, or the file's stamp), so a file rewritten between two
+# commands is opened afresh instead of being read through a stale mapping.
 
-_OPEN: dict[str, Checkpoint] = {}
-_SHARED: set[str] = set()
-_LAST: list[tuple[str, str, Tensor]] = []
+_Key = tuple[str, object]  # (path, version)
+_OPEN: dict[_Key, Checkpoint] = {}
+_SHARED: set[_Key] = set()
+_LAST: list[tuple[_Key, str, Tensor]] = []
+_LOCK = threading.RLock()
+_BUSY = [0]  # tasks running in this process inside ``task_scope``
+_RETIRED: list[Checkpoint] = []
+_TASK = threading.local()  # the version of the task running in this thread
+
+
+def _key(path: str) -> _Key:
+    return (path, getattr(_TASK, "version", None))
 
 
 def opened(path: str) -> Checkpoint:
     """The checkpoint at ``path``, opened once per process and kept for later tasks."""
-    found = _OPEN.get(path)
-    if found is None:
-        from ._checkpoint import open_checkpoint
+    key = _key(path)
+    with _LOCK:
+        found = _OPEN.get(key)
+        if found is None:
+            from ._checkpoint import open_checkpoint
 
-        unshared = [key for key in _OPEN if key not in _SHARED]
-        if len(unshared) >= _OPEN_LIMIT:
-            _OPEN.pop(unshared[0]).close()
-            _LAST.clear()
-        found = _OPEN[path] = open_checkpoint(path)
-    return found
+            unshared = [item for item in _OPEN if item not in _SHARED]
+            if len(unshared) >= _OPEN_LIMIT:
+                evicted = _OPEN.pop(unshared[0])
+                if _BUSY[0] > 1:
+                    _RETIRED.append(evicted)
+                else:
+                    evicted.close()
+                _LAST.clear()
+            found = _OPEN[key] = open_checkpoint(path)
+        return found
 
 
 def loaded(path: str, name: str) -> Tensor:
@@ -138,31 +170,55 @@ def loaded(path: str, name: str) -> Tensor:
     Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
     tensor that must be decoded whole (a compressed member) is decoded once per worker.
     """
-    for index, (where_, found_name, tensor) in enumerate(_LAST):
-        if where_ == path and found_name == name:
-            _LAST.append(_LAST.pop(index))
-            return tensor
-    tensor = opened(path)[name]
-    _LAST.append((path, name, tensor))
-    del _LAST[:-2]
-    return tensor
+    key = _key(path)
+    with _LOCK:
+        for index, (found_key, found_name, tensor) in enumerate(_LAST):
+            if found_key == key and found_name == name:
+                _LAST.append(_LAST.pop(index))
+                return tensor
+        tensor = opened(path)[name]
+        _LAST.append((key, name, tensor))
+        del _LAST[:-2]
+        return tensor
+
+
+@contextlib.contextmanager
+def task_scope(version: object = None) -> Iterator[None]:
+    """Run a task in this thread under ``version`` (see above); threads of a Dask worker
+    run several tasks at once."""
+    before = getattr(_TASK, "version", None)
+    _TASK.version = version
+    with _LOCK:
+        _BUSY[0] += 1
+    try:
+        yield
+    finally:
+        _TASK.version = before
+        with _LOCK:
+            _BUSY[0] -= 1
+            retired = _RETIRED[:] if not _BUSY[0] else []
+            if retired:
+                _RETIRED.clear()
+        for checkpoint in retired:
+            checkpoint.close()
 
 
 @contextlib.contextmanager
 def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
     """Let tasks run in this process use checkpoints already open here (by ``where`` path)."""
-    added = []
+    added: list[_Key] = []
     for path, checkpoint in checkpoints:
-        if path not in _OPEN:
-            _OPEN[path] = checkpoint
-            _SHARED.add(path)
-            added.append(path)
+        key: _Key = (path, None)
+        if key not in _OPEN:
+            _OPEN[key] = checkpoint
+            _SHARED.add(key)
+            added.append(key)
     try:
         yield
     finally:
-        for path in added:
-            _OPEN.pop(path, None)
-            _SHARED.discard(path)
+        for key in added:
+            _OPEN.pop(key, None)
+            _SHARED.discard(key)
         _LAST.clear()
 
 
@@ -185,6 +241,41 @@ def _worker_start(parent: int) -> None:
 
 class _Progress(Protocol):
     def update(self, done: int) -> None: ...
+
+
+class Engine(Protocol):
+    """What runs a job's tasks: ``Runner`` (processes here) or a Dask cluster."""
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def run(
+        self,
+        function: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        weights: Sequence[int] | None = None,
+        progress: _Progress | None = None,
+    ) -> list[Any]: ...
+
+
+def runner(jobs: int, scheduler: str | None = None) -> Engine:
+    """The engine for ``--jobs N`` or, given a scheduler address, for a Dask cluster.
+
+    ``scheduler`` is ``tcp://host:port`` (any address ``dask.distributed`` accepts) or
+    ``local:N`` (a local cluster of N worker processes while the engine is open).
+    Without Dask installed that is an EngineError saying how to install it.
+    """
+    if scheduler is None:
+        return Runner(jobs)
+    from ._dask_engine import DaskRunner
+
+    return DaskRunner(scheduler)
 
 
 class _Slot:

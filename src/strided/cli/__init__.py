@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from .._dtype import DType
 from .._errors import DataError
-from .._jobs import JobError
+from .._jobs import EngineError, JobError
 from .._limits import MAX_INSPECTION_SAMPLES
 from ._text import job_error, one_line, with_path
 from ._verify import CommandFailure
@@ -34,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"strided: error: a sub-command is required ({_COMMANDS})", file=sys.stderr)
         return 2
+    if getattr(args, "scheduler", None) is not None and args.jobs != 1:
+        parser.error("--jobs and --scheduler cannot be combined")
     stdout = sys.stdout
     sys.stdout = _Guarded(stdout)
     try:
@@ -54,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JobError as error:
         print(f"strided: {job_error(error)}", file=sys.stderr)
         return 1
+    except EngineError as error:
+        print(f"strided: {one_line(error)}", file=sys.stderr)
+        return 2
     except (DataError, OSError, UnicodeError) as error:
         print(f"strided: {with_path(args.path, error)}", file=sys.stderr)
         return 1
@@ -158,13 +163,13 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     verify.add_argument(
         "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
     )
-    _add_jobs(verify)
+    _add_jobs(verify, scheduler=True)
     verify.set_defaults(run=run_verify)
 
     hashing = commands.add_parser("hash", help="content digests of every tensor and the whole")
     hashing.add_argument("path", help=_FORMATS)
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
-    _add_jobs(hashing)
+    _add_jobs(hashing, scheduler=True)
     hashing.set_defaults(run=run_hash)
 
 
@@ -181,7 +186,7 @@ def _add_diff(commands: _Commands) -> None:
     )
     diff.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     diff.add_argument("--json", action="store_true", help="print one JSON document")
-    _add_jobs(diff)
+    _add_jobs(diff, scheduler=True)
     diff.set_defaults(run=run_diff)
 
 
@@ -213,14 +218,31 @@ def _add_convert(commands: _Commands) -> None:
     convert.set_defaults(run=run_convert)
 
 
-def _add_jobs(command: argparse.ArgumentParser) -> None:
+def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None:
     command.add_argument(
         "--jobs", type=_jobs, default=1, metavar="N", help="processes to use (default 1)"
     )
+    if scheduler:
+        command.add_argument(
+            "--scheduler",
+            type=_scheduler,
+            default=None,
+            metavar="ADDRESS",
+            help="run on a Dask cluster: tcp://host:8786, or local:N for N local workers "
+            "(needs strided[dask]; workers open the files by path)",
+        )
 
 
 def _jobs(text: str) -> int:
     return _integer(text, 1, 1024)
+
+
+def _scheduler(text: str) -> str:
+    if text.startswith("local:"):
+        return f"local:{_jobs(text[len('local:') :])}"
+    if not text or text != text.strip():
+        raise argparse.ArgumentTypeError(f"not a scheduler address: {text!r}")
+    return text
 
 
 def _tolerance(text: str) -> float:

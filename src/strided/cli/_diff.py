@@ -18,7 +18,7 @@ from .._checkpoint import open_checkpoint
 from .._compare import Tally, Tolerance
 from .._digest import sort_key
 from .._errors import DataError
-from .._jobs import JobError, Runner, plan, sharing, where
+from .._jobs import JobError, plan, runner, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, safe, with_path
 from ._verify import CommandFailure
@@ -96,10 +96,10 @@ def _entries(
     work = [(path_a, path_b, task, tolerance) for task in tasks]
     with (
         sharing((path_a, a), (path_b, b)),
-        Runner(args.jobs) as runner,
+        runner(args.jobs, args.scheduler) as engine,
         Progress(sum(weights), "diff") as progress,
     ):
-        results = runner.run(_diff.run_task, work, weights, progress)
+        results = engine.run(_diff.run_task, work, weights, progress)
     tallies: dict[str, Tally] = {}
     for task, found in zip(tasks, results, strict=True):
         for part, tally in zip(task, found, strict=True):

@@ -7,7 +7,7 @@ import json
 
 from .. import _digest
 from .._checkpoint import open_checkpoint
-from .._jobs import Runner, plan, sharing, where
+from .._jobs import plan, runner, sharing, where
 from ._manifest import escaped_line
 from ._progress import Progress
 
@@ -27,10 +27,10 @@ def run_hash(args: argparse.Namespace) -> int:
         work = [(path, [part.name for part in task]) for task in tasks]
         with (
             sharing((path, checkpoint)),
-            Runner(args.jobs) as runner,
+            runner(args.jobs, args.scheduler) as engine,
             Progress(sum(weights), "hash") as progress,
         ):
-            results = runner.run(_digest.run_task, work, weights, progress)
+            results = engine.run(_digest.run_task, work, weights, progress)
     digests = dict(zip(names, (digest for found in results for digest in found), strict=True))
     total = _digest.combine(digests.items())
     if args.json:

@@ -10,7 +10,7 @@ from .._checkpoint import Checkpoint, has_dtype, open_checkpoint
 from .._digest import combine
 from .._dtype import DType
 from .._exact_stats import Totals, summary
-from .._jobs import Runner, plan, sharing, where
+from .._jobs import plan, runner, sharing, where
 from ._progress import Progress
 from ._text import byte_size, index_text, safe
 
@@ -29,13 +29,20 @@ class CommandFailure(Exception):
 
 
 def scan_checkpoint(
-    checkpoint: Checkpoint, path: str, names: list[str], digests: bool, jobs: int, label: str
+    checkpoint: Checkpoint,
+    path: str,
+    names: list[str],
+    digests: bool,
+    jobs: int,
+    label: str,
+    scheduler: str | None = None,
 ) -> dict[str, tuple[str | None, Totals | None]]:
     """Every named tensor read once: ``name -> (digest or None, exact Totals or None)``.
 
     Large tensors are cut into chunks (unless digests are asked for: a digest is one
-    stream) and spread over ``jobs`` worker processes; the result is the same for any
-    number of jobs. Totals are None for tensors whose values strided cannot decode.
+    stream) and spread over ``jobs`` worker processes, or the workers of the Dask
+    ``scheduler``; the result is the same for any number of workers. Totals are None
+    for tensors whose values strided cannot decode.
     """
     infos = {name: checkpoint.info(name) for name in names}
     numel = {name: infos[name].shape.numel if checkpoint.readable(name) else 1 for name in names}
@@ -48,10 +55,10 @@ def scan_checkpoint(
     work = [(target, task, digests) for task in tasks]
     with (
         sharing((target, checkpoint)),
-        Runner(jobs) as runner,
+        runner(jobs, scheduler) as engine,
         Progress(sum(weights), label) as progress,
     ):
-        results = runner.run(_scan.run_task, work, weights, progress)
+        results = engine.run(_scan.run_task, work, weights, progress)
     found: dict[str, tuple[str | None, Totals | None]] = {}
     for task, outcome in zip(tasks, results, strict=True):
         for part, (digest, totals) in zip(task, outcome, strict=True):
@@ -110,7 +117,7 @@ def run_verify(args: argparse.Namespace) -> int:
     with open_checkpoint(args.path) as checkpoint:
         names = list(checkpoint)
         found = scan_checkpoint(
-            checkpoint, args.path, names, manifest is not None, args.jobs, "verify"
+            checkpoint, args.path, names, manifest is not None, args.jobs, "verify", args.scheduler
         )
         rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
         total = sum(checkpoint.info(name).byte_len for name in names)

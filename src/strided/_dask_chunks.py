@@ -1,0 +1,116 @@
+"""Checkpoint tensors as Dask chunks read in the worker, and F8_E5M2 arrays on the wire.
+
+``TensorChunks`` is the small array-like that ``dask.array.from_array`` slices: it
+holds only a path and a tensor name, and each slice is read in the worker that runs
+the task, from the checkpoint that process keeps open (memory-mapped where the format
+allows). Block-quantized GGUF tensors are dequantized to F32 for the rows a chunk
+covers only.
+
+``dask.distributed`` describes a NumPy array's dtype on the wire by its type string,
+and ``ml_dtypes.float8_e5m2`` has the string ``<f1``, which NumPy cannot read back;
+its other types (BF16, F8_E4M3, F8_E8M0) travel as they are. Importing this module
+registers a serializer that sends F8_E5M2 arrays as their ``uint8`` bytes with a dtype
+that views them back; unpickling that dtype imports this module, so every process
+that receives such an array can also send it on. Other arrays are left to Dask.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ._jobs import loaded, opened, task_scope
+
+__all__ = ["TensorChunks", "e5m2_dtype"]
+
+_E5M2: np.dtype[Any] = np.dtype(ml_dtypes.float8_e5m2)
+
+
+class TensorChunks:
+    """Tensor ``name`` of the checkpoint at ``path``, sliced in whichever process asks.
+
+    ``shape`` and ``dtype`` (a NumPy dtype) come from the header; ``quantized`` tensors
+    are read through their dequantized F32 values. ``version`` identifies the file's
+    state (size, modification time): a worker keeps files open between tasks, and a
+    file rewritten since is opened afresh.
+    """
+
+    __slots__ = ("dtype", "name", "ndim", "path", "quantized", "shape", "version")
+
+    def __init__(
+        self,
+        path: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        quantized: bool,
+        version: object = None,
+    ) -> None:
+        self.version = version
+        self.path = path
+        self.name = name
+        self.shape = shape
+        self.ndim = len(shape)
+        self.dtype = dtype
+        self.quantized = quantized
+
+    def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
+        """The block at ``index`` (slices, as Dask asks): a read-only view where possible."""
+        with task_scope(self.version):
+            if not self.quantized:
+                return np.asarray(loaded(self.path, self.name).numpy()[index])
+            return self._dequantized(index)
+
+    def _dequantized(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
+        from ._values import Source
+
+        rows, rest = index[0].indices(self.shape[0]), index[1:]
+        inner = 1
+        for dim in self.shape[1:]:
+            inner *= dim
+        low, high = rows[0], max(rows[1], rows[0])
+        source = Source(opened(self.path), self.name)
+        values = source.values(low * inner, high * inner)
+        block = values.reshape((high - low, *self.shape[1:]))
+        return block[(slice(None, None, rows[2]), *rest)]
+
+
+def e5m2_dtype() -> np.dtype[Any]:
+    """The F8_E5M2 NumPy dtype (what the wire format of such arrays unpickles to)."""
+    return _E5M2
+
+
+class _ViewBack:
+    """Pickles as a call of ``e5m2_dtype``: the receiver imports this module with it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (e5m2_dtype, ())
+
+
+def _register() -> None:
+    serialize = importlib.import_module("distributed.protocol.serialize")
+    pickle = importlib.import_module("distributed.protocol.pickle")
+    registry = serialize.dask_serialize
+    original = registry.dispatch(np.ndarray)  # also loads Dask's own NumPy serializers
+    if getattr(original, "strided_wire", False):
+        return
+    viewed_back = (1, pickle.dumps(_ViewBack()))
+
+    def send(array: np.ndarray[Any, Any], context: Any = None) -> Any:
+        if array.dtype != _E5M2:
+            return original(array, context=context)
+        header, frames = original(array.view(np.uint8), context=context)
+        header["dtype"] = viewed_back
+        return header, frames
+
+    send.strided_wire = True  # type: ignore[attr-defined]
+    registry.register(np.ndarray, send)
+
+
+try:
+    _register()
+except ImportError:  # without distributed, arrays never leave the process
+    pass

@@ -1,0 +1,181 @@
+"""Checkpoints as Dask arrays, and exact sums of Dask arrays whatever their chunking.
+
+Needs the optional extra (``pip install 'strided[dask]'``); importing this module
+without Dask is an ImportError that says so. ``import strided`` never imports Dask.
+
+* ``from_checkpoint(path, chunks="auto")`` gives ``{name: dask.array.Array}`` for
+  every tensor of any checkpoint ``open_checkpoint`` reads. Nothing is read up front
+  but the header: each chunk is read by the worker that computes it, which opens the
+  checkpoint itself (memory-mapped where the format allows), so workers need the same
+  filesystem. Dtypes are kept (BF16 and the 8-bit floats as ``ml_dtypes`` dtypes);
+  block-quantized GGUF tensors are dequantized to F32, as ``checkpoint[name]`` does.
+* ``exact_sum(array)`` is the sum ``Tensor.sum()`` defines, computed chunk by chunk:
+  every chunk's partial sum is exact (a Python int, in units of the dtype's smallest
+  subnormal for floats, with counts of NaN and infinities), partials are merged in a
+  tree, and the total is rounded once. So the result does not depend on the chunking
+  or on the number of workers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import _exact_stats
+from ._checked import int_range
+from ._checkpoint import has_dtype, open_checkpoint
+from ._dask_chunks import TensorChunks
+from ._dask_engine import require
+from ._dtype import DType
+from ._errors import DTypeError, RangeError, ShapeError
+from ._exact_stats import Totals, totals
+from ._floats import round_exact
+from ._jobs import where
+from ._pieces import pieces
+from ._scalar import Scalar
+
+__all__ = ["exact_sum", "from_checkpoint"]
+
+_dask = require("dask", "strided.dask")
+_da = require("dask.array", "strided.dask")
+_FAN_IN = 8  # partial sums merged per task of the reduction tree
+
+
+def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[str, Any]:
+    """Every tensor of the checkpoint at ``path`` as a lazy ``dask.array.Array``.
+
+    ``chunks`` is anything ``dask.array.from_array`` accepts (``"auto"``, an int, a
+    tuple, a dict by axis), applied to each tensor, or a dict by tensor name of those
+    (tensors it does not name get ``"auto"``); a chunking that does not fit a tensor
+    is ShapeError naming it. Each chunk is read in the worker that computes it
+    (a read-only view of the memory-mapped file where the format allows). Names are
+    in file order; tensors whose stored type strided cannot decode (safetensors
+    ``F4``...) are left out. F8_E5M2 chunks cross between processes as their bytes
+    (Dask's wire format cannot describe that dtype) and arrive as F8_E5M2 again; the
+    other dtypes travel as they are. The file is read only for its header here: opening
+    failures raise as ``open_checkpoint`` does; the file must not change while the
+    arrays are in use.
+    """
+    location = where(os.fspath(path))
+    arrays: dict[str, Any] = {}
+    with open_checkpoint(location) as checkpoint:
+        stamp = _stamp(location)
+        for name in checkpoint:
+            info = checkpoint.info(name)
+            if has_dtype(info.dtype):
+                dtype, quantized = DType[info.dtype], False
+            elif checkpoint.readable(name):
+                dtype, quantized = DType.F32, True
+            else:
+                continue
+            shape = tuple(int(dim) for dim in info.shape)
+            source = TensorChunks(location, name, shape, dtype.numpy, quantized, stamp)
+            arrays[name] = _array(source, _chunks_of(chunks, name), stamp)
+    return arrays
+
+
+def _chunks_of(chunks: Any, name: str) -> Any:
+    """The chunking asked for tensor ``name`` (a dict with str keys is by tensor name)."""
+    if isinstance(chunks, Mapping) and any(isinstance(key, str) for key in chunks):
+        return chunks.get(name, "auto")
+    return chunks
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    """What identifies this state of the file (or folder of shards): sizes and times."""
+    try:
+        found = [os.stat(path)]
+        if os.path.isdir(path):
+            found += [entry.stat() for entry in sorted(os.scandir(path), key=lambda e: e.name)]
+    except OSError:
+        return (0,)
+    return tuple(value for item in found for value in (item.st_size, item.st_mtime_ns))
+
+
+def _array(source: TensorChunks, chunks: Any, stamp: tuple[int, ...]) -> Any:
+    try:
+        normal = _da.core.normalize_chunks(chunks, source.shape, dtype=source.dtype)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise ShapeError(
+            f"{source.path}: tensor {source.name!r} of shape {list(source.shape)}: chunks "
+            f"{chunks!r} do not fit it ({error})"
+        ) from None
+    token = _dask.base.tokenize(source.path, source.name, str(source.dtype), normal, stamp)
+    return _da.from_array(
+        source,
+        chunks=normal,
+        name=f"strided-{token}",
+        lock=False,
+        asarray=False,
+        fancy=False,
+        meta=np.empty((0,) * source.ndim, dtype=source.dtype),
+    )
+
+
+def exact_sum(array: Any) -> Scalar:
+    """The sum of every element of a Dask array, as ``Tensor.sum()`` defines it.
+
+    Integers: exact; a total that does not fit the dtype is RangeError. F64: correctly
+    rounded (the value of ``math.fsum``). F32, F16 and BF16: correctly rounded too
+    (``Tensor.sum()`` may be one ulp away from that). NaN, or infinities of both signs,
+    give NaN; a finite total past the largest value gives infinity; an exact zero is
+    +0.0. The result is the same for any chunking and any number of workers. Computed
+    at once with Dask's current scheduler. BOOL, the 8-bit floats and dtypes strided
+    does not have are DTypeError; something that is not a Dask array is DTypeError.
+    """
+    if not isinstance(array, _da.Array):
+        raise DTypeError(f"exact_sum: expected a dask.array.Array, found {type(array).__name__}")
+    dtype = DType.from_numpy(array.dtype)
+    if dtype is DType.BOOL or dtype.is_storage_only:
+        raise DTypeError(f"exact_sum: not defined for {dtype.name}; convert to a wider dtype first")
+    partial = _dask.delayed(_partial, pure=False)  # fresh keys: a repeat is computed anew
+    merge = _dask.delayed(_merge, pure=False)
+    level = [partial(block, dtype.name) for block in array.to_delayed().ravel().tolist()]
+    while len(level) > 1:
+        level = [merge(*level[i : i + _FAN_IN]) for i in range(0, len(level), _FAN_IN)]
+    found = level[0].compute() if level else Totals()
+    return _finish(found, dtype)
+
+
+def _partial(block: Any, dtype_name: str) -> Totals:
+    """The exact totals of one chunk (run in a worker)."""
+    dtype = DType[dtype_name]
+    values = np.asarray(block)
+    if DType.from_numpy(values.dtype) is not dtype:
+        raise DTypeError(f"exact_sum: a chunk holds {values.dtype}, the array says {dtype.name}")
+    values = np.asarray(values, dtype=dtype.numpy)  # little-endian
+    return totals(pieces(values), dtype)
+
+
+def _merge(*parts: Totals) -> Totals:
+    """Partial totals merged (a node of the reduction tree; sums add exactly)."""
+    merged = Totals()
+    for part in parts:
+        merged = merged.merge(part)
+    return merged
+
+
+def _finish(found: Totals, dtype: DType) -> Scalar:
+    """The total of merged partials, rounded once into ``dtype``."""
+    if not dtype.is_float:
+        low, high = int_range(dtype)
+        if not low <= found.total <= high:
+            raise RangeError(
+                f"exact_sum: the sum {found.total} does not fit {dtype.name} ({low} to {high})"
+            )
+        return Scalar._trusted(dtype, found.total)
+    if found.nan or (found.pos_inf and found.neg_inf):
+        return Scalar._trusted(dtype, math.nan)
+    if found.pos_inf or found.neg_inf:
+        return Scalar._trusted(dtype, math.inf if found.pos_inf else -math.inf)
+    unit = _exact_stats._FORMATS[dtype].unit_bits  # values are integers in units of 2**-unit
+    try:
+        value = round_exact(dtype, Fraction(found.total, 1 << unit)) + 0.0
+    except RangeError:  # past the largest finite value: IEEE overflow
+        value = math.inf if found.total > 0 else -math.inf
+    return Scalar._trusted(dtype, value)
