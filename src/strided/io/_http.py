@@ -38,6 +38,7 @@ from .._errors import FormatError
 
 __all__ = [
     "MAX_REDIRECTS",
+    "TOKENS_VARIABLE",
     "Connection",
     "is_url",
     "origin",
@@ -51,7 +52,7 @@ CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 60.0
 STREAM_CHUNK = 1 << 20  # bytes handed out at a time when streaming a range
 HF_ENDPOINT = "https://huggingface.co"
-_REMEMBERED = "STRIDED_REMOTE_TOKENS"  # origin -> token, set by the command line
+TOKENS_VARIABLE = "STRIDED_REMOTE_TOKENS"  # origin -> token, set by the command line
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIABLE = re.compile(r"bytes \*/(\d+)")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -79,13 +80,18 @@ def remember_token(url: str, token: str) -> None:
     Used by the command line's ``--token``: worker processes open the URL themselves.
     """
     found = _remembered()
-    found["%s://%s:%d" % origin(url)] = token
-    os.environ[_REMEMBERED] = json.dumps(found)
+    found[_origin_text(url)] = token
+    os.environ[TOKENS_VARIABLE] = json.dumps(found)
+
+
+def _origin_text(url: str) -> str:
+    scheme, host, port = origin(url)
+    return f"{scheme}://{host}:{port}"
 
 
 def _remembered() -> dict[str, str]:
     try:
-        found = json.loads(os.environ.get(_REMEMBERED, "{}"))
+        found = json.loads(os.environ.get(TOKENS_VARIABLE, "{}"))
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
@@ -99,7 +105,7 @@ def _credentials(url: str, token: str | None) -> tuple[tuple[str, str, int], str
     """
     home = origin(url)
     if token is None:
-        token = _remembered().get("%s://%s:%d" % home)
+        token = _remembered().get(_origin_text(url))
     if token is not None:
         return home, token
     hf_token = os.environ.get("HF_TOKEN")
@@ -181,7 +187,8 @@ class Connection:
                 return self._attempt(url, begin, end, size)
             except _Retry as retry:
                 if attempt >= RETRIES:
-                    raise OSError(errno.EIO, f"{retry} (after {attempt + 1} attempts)", url) from None
+                    text = f"{retry} (after {attempt + 1} attempts)"
+                    raise OSError(errno.EIO, text, url) from None
                 time.sleep(BACKOFF_SECONDS * 2**attempt)
                 attempt += 1
 
@@ -212,7 +219,8 @@ class Connection:
                 headers["Authorization"] = f"Bearer {self._credentials[1]}"
             client = self._open_client()
             self.requests += 1
-            response = client.send(client.build_request("GET", current, headers=headers), stream=True)
+            request = client.build_request("GET", current, headers=headers)
+            response = client.send(request, stream=True)
             if response.status_code not in _REDIRECTS:
                 return response
             location = response.headers.get("location")
@@ -274,8 +282,7 @@ class Connection:
             self.received += len(piece)
             if held > count:
                 raise FormatError(
-                    f"{url}: the server sent more than the {count} bytes asked for; "
-                    "stopped reading"
+                    f"{url}: the server sent more than the {count} bytes asked for; stopped reading"
                 )
             parts.append(piece)
         return b"".join(parts)
@@ -298,8 +305,7 @@ def _checked_range(url: str, header: str | None, begin: int, end: int, size: int
         raise FormatError(f"{url}: the file changed size ({size} bytes, now {total})")
     if first != begin or last != min(end, total) - 1 or last < first:
         raise FormatError(
-            f"{url}: Content-Range {header!r:.60} differs from the range asked "
-            f"({begin}-{end - 1})"
+            f"{url}: Content-Range {header!r:.60} differs from the range asked ({begin}-{end - 1})"
         )
     return total
 

@@ -37,7 +37,9 @@ class Storage(Protocol):
     @property
     def size(self) -> int: ...
     def span(self, begin: int, end: int) -> np.ndarray[Any, Any]: ...
-    def units(self, begin: int, unit: int, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]: ...
+    def units(
+        self, begin: int, unit: int, indices: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]: ...
     def chunks(self, begin: int, end: int) -> Iterator[np.ndarray[Any, Any]]: ...
     def inspect(
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
@@ -68,7 +70,8 @@ class MappedStorage:
         if not indices.size:
             return np.empty((0, unit), dtype=np.uint8)
         stop = begin + (int(indices[-1]) + 1) * unit
-        return self.raw[begin:stop].reshape(-1, unit)[indices]
+        gathered: np.ndarray[Any, Any] = self.raw[begin:stop].reshape(-1, unit)[indices]
+        return gathered
 
     def chunks(self, begin: int, end: int) -> Iterator[np.ndarray[Any, Any]]:
         """Views of bytes ``[begin, end)`` in bounded pieces."""

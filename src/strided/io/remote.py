@@ -94,12 +94,17 @@ class RemoteStorage:
     def inspect(
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
     ) -> TensorInspection:
-        """The inspection of the tensor's in-memory copy, fetching only the samples."""
+        """The tensor's inspection, fetching only the sampled elements.
+
+        Layout facts are those of the local file's zero-copy view (``storage_byte_len``
+        is the file's size), so a remote and a local inspection are equal.
+        """
         shape = Shape._trusted(dims)
         positions = sample_positions(options, shape.numel)
         values = self.units(begin, dtype.itemsize, positions).reshape(-1).view(dtype.numpy)
-        byte_len = shape.numel * dtype.itemsize
-        return inspection(dtype, shape, positions, values, (shape.strides(), byte_len, byte_len, True))
+        # The layout facts of the tensor as the file opened locally gives it.
+        layout = (shape.strides(), shape.numel * dtype.itemsize, self._size, True)
+        return inspection(dtype, shape, positions, values, layout)
 
     def close(self) -> None:
         """Close the checkpoint's HTTP client (shared by its shards)."""
@@ -203,4 +208,3 @@ def sniffed(storage: RemoteStorage, kind: str) -> str:
         f"{storage.url}: over HTTP, strided reads safetensors files, safetensors shard "
         f"indexes and GGUF files (this is {kind})"
     )
-

@@ -40,8 +40,8 @@ from ._common import (
     tensor_of,
     write_logical,
 )
-from ._storage import MappedStorage, Storage
 from ._safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
+from ._storage import MappedStorage, Storage
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
 
