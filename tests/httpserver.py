@@ -73,6 +73,7 @@ class FileServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: FileServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -95,25 +96,23 @@ class _Handler(BaseHTTPRequestHandler):
         if not target.is_file():
             self._empty(404)
             return
-        data = target.read_bytes()
+        size = target.stat().st_size
         found = _RANGE.fullmatch(self.headers.get("Range", ""))
         if found is None or behave.ignore_range:
-            self._send(200, data, {"Content-Length": str(len(data))})
+            self._send(200, target, 0, size, {"Content-Length": str(size)})
             return
         begin = int(found.group(1))
-        end = min(int(found.group(2)) + 1 if found.group(2) else len(data), len(data))
-        if begin >= len(data):
-            self._empty(416, {"Content-Range": f"bytes */{len(data)}"})
+        end = min(int(found.group(2)) + 1 if found.group(2) else size, size)
+        if begin >= size:
+            self._empty(416, {"Content-Range": f"bytes */{size}"})
             return
         shift = behave.shift_range
-        headers = {"Content-Range": f"bytes {begin + shift}-{end - 1 + shift}/{len(data)}"}
-        body = data[begin:end]
+        headers = {"Content-Range": f"bytes {begin + shift}-{end - 1 + shift}/{size}"}
         if behave.extra_bytes:
-            body += b"\0" * behave.extra_bytes
             headers["Connection"] = "close"  # the body ends when the connection does
         else:
-            headers["Content-Length"] = str(len(body))
-        self._send(206, body, headers)
+            headers["Content-Length"] = str(end - begin)
+        self._send(206, target, begin, end, headers)
 
     def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -122,7 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+    def _send(self, status: int, target: Path, begin: int, end: int, headers: dict[str, str]) -> None:
+        """Send bytes ``[begin, end)`` of ``target`` (plus any extra bytes), a piece at a time."""
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
@@ -131,13 +131,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(self.owner.behave.stall)
         try:
-            for start in range(0, len(body), _PIECE):
-                piece = body[start : start + _PIECE]
-                self.wfile.write(piece)
-                with self.owner.lock:
-                    self.owner.sent += len(piece)
+            with target.open("rb") as file:
+                file.seek(begin)
+                for start in range(begin, end, _PIECE):
+                    self._write(file.read(min(_PIECE, end - start)))
+            if self.owner.behave.extra_bytes:
+                self._write(b"\0" * self.owner.behave.extra_bytes)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             return
         if "Content-Length" not in headers:
             self.close_connection = True
+
+    def _write(self, piece: bytes) -> None:
+        self.wfile.write(piece)
+        with self.owner.lock:
+            self.owner.sent += len(piece)
