@@ -121,7 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _send(self, status: int, target: Path, begin: int, end: int, headers: dict[str, str]) -> None:
+    def _send(
+        self, status: int, target: Path, begin: int, end: int, headers: dict[str, str]
+    ) -> None:
         """Send bytes ``[begin, end)`` of ``target`` (plus any extra bytes), a piece at a time."""
         self.send_response(status)
         for key, value in headers.items():

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -50,7 +49,7 @@ RETRIES = 3
 BACKOFF_SECONDS = 0.25  # the first retry's wait; doubled for each one after
 CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 60.0
-STREAM_CHUNK = 1 << 20  # bytes handed out at a time when streaming a range
+STREAM_CHUNK = 1 << 20  # bytes per range request when a range is streamed
 HF_ENDPOINT = "https://huggingface.co"
 TOKENS_VARIABLE = "STRIDED_REMOTE_TOKENS"  # origin -> token, set by the command line
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -171,15 +170,6 @@ class Connection:
             return b""
         return self._read(url, begin, end, size)[1]
 
-    def stream(self, url: str, begin: int, end: int, size: int) -> Iterator[bytes]:
-        """Bytes ``[begin, end)`` as pieces of at most ``STREAM_CHUNK`` bytes, in order.
-
-        Each piece is its own range request, so at most one piece is held at a time
-        and a dropped connection costs one piece.
-        """
-        for start in range(begin, end, STREAM_CHUNK):
-            yield self.read(url, start, min(start + STREAM_CHUNK, end), size)
-
     def _read(self, url: str, begin: int, end: int, size: int | None) -> tuple[int, bytes]:
         attempt = 0
         while True:
@@ -246,7 +236,7 @@ class Connection:
         if status == 200:
             # The server ignores Range. Acceptable only when the whole file is no longer
             # than what was asked from its start; never read on past that.
-            data = self._upto(url, response, end - begin)
+            data = self._upto(url, response, end - begin, "the server ignores Range requests: ")
             if begin != 0 or (size is not None and len(data) != size):
                 raise FormatError(
                     f"{url}: the server ignores Range requests (it answered 200 with the "
@@ -273,7 +263,7 @@ class Connection:
             raise _Retry(f"the response ended after {len(data)} of {count} bytes")
         return data
 
-    def _upto(self, url: str, response: Any, count: int) -> bytes:
+    def _upto(self, url: str, response: Any, count: int, why: str = "") -> bytes:
         """The body, read only until it exceeds ``count`` bytes (then FormatError)."""
         parts = []
         held = 0
@@ -282,7 +272,8 @@ class Connection:
             self.received += len(piece)
             if held > count:
                 raise FormatError(
-                    f"{url}: the server sent more than the {count} bytes asked for; stopped reading"
+                    f"{url}: {why}the server sent more than the {count} bytes asked for; "
+                    "stopped reading"
                 )
             parts.append(piece)
         return b"".join(parts)

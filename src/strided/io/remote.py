@@ -24,6 +24,7 @@ from .._errors import FormatError
 from .._inspect import inspection, sample_positions
 from .._shape import Shape
 from ._common import check_index_size, check_shard, parse_index
+from . import _http
 from ._http import Connection
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ class RemoteStorage:
         """Bytes ``[begin, end)`` fetched into one new read-only buffer of that size."""
         owned = np.empty(end - begin, dtype=np.uint8)
         position = 0
-        for piece in self.connection.stream(self.url, begin, end, self._size):
-            owned[position : position + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            position += len(piece)
+        for piece in self.chunks(begin, end):
+            owned[position : position + piece.size] = piece
+            position += piece.size
         return seal(owned)
 
     def units(self, begin: int, unit: int, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -87,9 +88,11 @@ class RemoteStorage:
         return out
 
     def chunks(self, begin: int, end: int) -> Iterator[np.ndarray[Any, Any]]:
-        """Bytes ``[begin, end)`` streamed in bounded pieces, each fetched once."""
-        for piece in self.connection.stream(self.url, begin, end, self._size):
-            yield np.frombuffer(piece, dtype=np.uint8)
+        """Bytes ``[begin, end)`` in pieces of at most ``STREAM_CHUNK`` bytes, each its own
+        range request (at most one piece is held; a dropped connection costs one piece)."""
+        step = _http.STREAM_CHUNK
+        for start in range(begin, end, step):
+            yield np.frombuffer(self.read(start, min(start + step, end)), dtype=np.uint8)
 
     def inspect(
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
