@@ -18,11 +18,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from .httpserver import FileServer
 
 import strided as st
 from strided.cli import main
 from strided.io import _http
+
+from .httpserver import FileServer
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tiny-llama.safetensors"
 
@@ -187,13 +188,8 @@ def test_the_commands_print_what_they_print_for_the_local_file(
 def test_convert_writes_the_same_bytes(
     kind: str, folder: Path, server: FileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        _run(["convert", server.url(LOCAL[kind]), str(tmp_path / "r.safetensors")], capsys)[0] == 0
-    )
-    assert (
-        _run(["convert", str(folder / LOCAL[kind]), str(tmp_path / "l.safetensors")], capsys)[0]
-        == 0
-    )
+    for source, target in ((server.url(LOCAL[kind]), "r"), (str(folder / LOCAL[kind]), "l")):
+        assert _run(["convert", source, str(tmp_path / f"{target}.safetensors")], capsys)[0] == 0
     assert (tmp_path / "r.safetensors").read_bytes() == (tmp_path / "l.safetensors").read_bytes()
 
 
@@ -253,7 +249,7 @@ def test_without_httpx_a_url_says_what_to_install(
 
 def test_other_formats_are_refused_by_name(server: FileServer, folder: Path) -> None:
     st.save_npy(folder / "one.npy", st.tensor([1.0], "F32"))
-    with pytest.raises(st.FormatError, match="one.npy.*safetensors.*GGUF"):
+    with pytest.raises(st.FormatError, match=r"one\.npy.*safetensors.*GGUF"):
         st.open_checkpoint(server.url("one.npy"))
 
 

@@ -23,8 +23,8 @@ from .._construct import seal
 from .._errors import FormatError
 from .._inspect import inspection, sample_positions
 from .._shape import Shape
-from ._common import check_index_size, check_shard, parse_index
 from . import _http
+from ._common import check_index_size, check_shard, parse_index
 from ._http import Connection
 
 if TYPE_CHECKING:
