@@ -261,3 +261,31 @@ def test_the_inspect_json_names_the_url(
     document = json.loads(out)
     assert status == 0 and document["path"] == url and document["format"] == "gguf"
     assert document["metadata"]["tokenizer.ggml.tokens"]["length"] == 3000
+
+
+@pytest.mark.parametrize("command", ["verify", "convert"])
+def test_whole_file_commands_stream_bounded_pieces(
+    command: str,
+    server: FileServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(_http, "STREAM_CHUNK", 1 << 16)
+    args = [command, server.url("big.safetensors")]
+    if command == "convert":
+        args.append(str(tmp_path / "out.safetensors"))
+    assert main(args) == 0  # modules imported, caches warm: what follows is the job's
+    tracemalloc.start()
+    try:
+        status = main(args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    capsys.readouterr()
+    assert status == 0
+    assert peak < 2 << 20  # the tensor is 8 MiB: streamed, never held whole
+    if command == "convert":
+        assert (tmp_path / "out.safetensors").read_bytes() == (
+            server.folder / "big.safetensors"
+        ).read_bytes()

@@ -173,20 +173,21 @@ class Checkpoint(Mapping[str, Tensor]):
             return reader.stored(name)  # type: ignore[attr-defined]
         raise DTypeError(f"{self._path}: {self._format} tensors have no separate stored bytes")
 
-    def _chunks(self, name: str) -> Iterator[Any] | None:
-        """Private: the stored bytes of tensor ``name`` as bounded flat uint8 pieces.
+    def _chunks(self, name: str, first: int = 0, last: int | None = None) -> Iterator[Any] | None:
+        """Private: stored bytes ``[first, last)`` of tensor ``name`` (all by default) as
+        bounded flat uint8 pieces, in order.
 
         For safetensors and GGUF, whose tensors are stored as their logical row-major
-        little-endian bytes (or as the blocks a quantized digest hashes); a remote file
-        streams them. None for the other formats.
+        little-endian bytes (or as the blocks a quantized digest hashes): views of a
+        mapped file, or streamed from a remote one. None for the other formats.
         """
         self.info(name)
         reader = self._open_reader()
         if isinstance(reader, _GGUFReader):
-            found: Iterator[Any] = reader.handle.chunks(name)
+            found: Iterator[Any] = reader.handle.chunks(name, first, last)
             return found
         if self._format == "safetensors":
-            found = reader.chunks(name)  # type: ignore[attr-defined]
+            found = reader.chunks(name, first, last)  # type: ignore[attr-defined]
             return found
         return None
 

@@ -384,10 +384,14 @@ class GGUFFile(TensorNames):
         self._check_quantized(found, True)
         return quantized_inspection(found.kind, storage, found.begin, found.dims, options)
 
-    def chunks(self, name: str) -> Iterator[np.ndarray[Any, Any]]:
-        """The stored bytes of tensor ``name`` as bounded flat ``uint8`` pieces, in order."""
+    def chunks(
+        self, name: str, first: int = 0, last: int | None = None
+    ) -> Iterator[np.ndarray[Any, Any]]:
+        """Stored bytes ``[first, last)`` of tensor ``name`` (all by default) as bounded
+        flat ``uint8`` pieces, in order."""
         found = self._lookup(name)
-        return self._opened().chunks(found.begin, found.end)
+        end = found.end if last is None else found.begin + last
+        return self._opened().chunks(found.begin + first, end)
 
     def close(self) -> None:
         """Release the file (closing twice is fine); tensors handed out stay valid."""

@@ -161,16 +161,18 @@ class SafetensorsFile(TensorNames):
                 )
         return shard.storage.inspect(entry.begin, entry.dims, _dtype(shard, entry), options)
 
-    def chunks(self, name: str) -> Iterator[np.ndarray[Any, Any]]:
-        """The stored bytes of tensor ``name`` as bounded flat ``uint8`` pieces, in order.
+    def chunks(
+        self, name: str, first: int = 0, last: int | None = None
+    ) -> Iterator[np.ndarray[Any, Any]]:
+        """Stored bytes ``[first, last)`` of tensor ``name`` (all by default) as bounded
+        flat ``uint8`` pieces, in order.
 
         BOOL bytes other than 0 and 1 are a FormatError (raised at the piece holding one).
         """
         shard, entry = self._lookup(name)
-        for piece in shard.storage.chunks(entry.begin, entry.end):
-            if entry.dtype is DType.BOOL:
-                _check_bool(shard, entry, piece)
-            yield piece
+        begin = entry.begin + first
+        end = entry.end if last is None else entry.begin + last
+        return _checked_chunks(shard, entry, shard.storage.chunks(begin, end), first)
 
     def stored(self, name: str) -> np.ndarray[Any, Any]:
         """The stored bytes of tensor ``name`` as one flat read-only ``uint8`` array."""
@@ -202,14 +204,25 @@ def _dtype(shard: _Shard, entry: Entry) -> DType:
     return entry.dtype
 
 
-def _check_bool(shard: _Shard, entry: Entry, data: np.ndarray[Any, Any]) -> None:
+def _check_bool(shard: _Shard, entry: Entry, data: np.ndarray[Any, Any], at: int = 0) -> None:
+    """FormatError unless every byte of ``data`` (bytes ``at``... of a BOOL tensor) is 0 or 1."""
     bad = np.flatnonzero(data > 1)
     if bad.size:
         first = int(bad[0])
         raise FormatError(
-            f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {first} is "
+            f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {at + first} is "
             f"{int(data[first])}, not 0 or 1"
         )
+
+
+def _checked_chunks(
+    shard: _Shard, entry: Entry, chunks: Iterator[np.ndarray[Any, Any]], at: int
+) -> Iterator[np.ndarray[Any, Any]]:
+    for piece in chunks:
+        if entry.dtype is DType.BOOL:
+            _check_bool(shard, entry, piece, at)
+        at += piece.size
+        yield piece
 
 
 def _tensor(shard: _Shard, entry: Entry, copy: bool) -> Tensor:
