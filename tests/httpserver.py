@@ -146,6 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _write(self, piece: bytes) -> None:
-        self.wfile.write(piece)
+        # Counted first: the client may have the bytes before ``write`` returns here.
         with self.owner.lock:
             self.owner.sent += len(piece)
+        self.wfile.write(piece)

@@ -175,3 +175,29 @@ def test_a_dropped_connection_is_retried(
     with st.open_checkpoint(server.url("small.safetensors"), timeout=5) as ckpt:
         assert ckpt["w"].tolist() == [1.0, 2.0]
     assert len(calls) == 2
+
+
+def test_a_gguf_length_past_the_file_is_refused_before_asking(
+    server: FileServer, folder: Path
+) -> None:
+    # One key whose string value claims 60 MiB (under the string cap) in a 5 KiB file.
+    head = b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little")
+    head += (1).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"key"
+    head += (8).to_bytes(4, "little") + (60 << 20).to_bytes(8, "little")
+    (folder / "liar.gguf").write_bytes(head + b"x" * 5000)
+    url = server.url("liar.gguf")
+    with pytest.raises(st.FormatError, match=f"{url}: value of 'key' needs 62914560 bytes"):
+        st.open_checkpoint(url, timeout=5)
+    assert [h["Range"] for _, h in server.requests] == ["bytes=0-4095"]
+
+
+def test_remote_bool_bytes_are_checked(server: FileServer, folder: Path) -> None:
+    path = folder / "bool.safetensors"
+    st.save_safetensors(path, {"m": st.tensor([True, False, True], "BOOL")})
+    data = bytearray(path.read_bytes())
+    data[-2] = 2
+    path.write_bytes(bytes(data))
+    with st.open_checkpoint(server.url("bool.safetensors"), timeout=5) as ckpt:
+        for read in (lambda: ckpt["m"], lambda: ckpt.inspect("m"), ckpt.digest):
+            with pytest.raises(st.FormatError, match="BOOL byte 1 is 2"):
+                read()

@@ -115,17 +115,22 @@ class InspectMethods(TensorInternals):
         the same). ``options`` defaults to ``TensorInspectionOptions()`` (1024 samples,
         ``"head"``); anything other than options or None is DTypeError.
         """
-        if options is None:
-            options = _DEFAULT
-        elif not isinstance(options, TensorInspectionOptions):
-            raise DTypeError(
-                f"inspect: options must be TensorInspectionOptions or None, "
-                f"found {type(options).__name__}"
-            )
-        return _inspect(cast("Tensor", self), options)
+        return _inspect(cast("Tensor", self), checked_options(options))
 
 
 _DEFAULT = TensorInspectionOptions()
+
+
+def checked_options(options: object) -> TensorInspectionOptions:
+    """``options``, the default options for None; DTypeError for anything else."""
+    if options is None:
+        return _DEFAULT
+    if not isinstance(options, TensorInspectionOptions):
+        raise DTypeError(
+            f"inspect: options must be TensorInspectionOptions or None, "
+            f"found {type(options).__name__}"
+        )
+    return options
 
 
 def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspection:

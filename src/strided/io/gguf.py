@@ -32,7 +32,7 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
-from .._inspect import TensorInspection, TensorInspectionOptions
+from .._inspect import TensorInspection, TensorInspectionOptions, checked_options
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
@@ -370,13 +370,7 @@ class GGUFFile(TensorNames):
         (DTypeError for anything other than options or None).
         """
         found = self._lookup(name)
-        if options is None:
-            options = TensorInspectionOptions()
-        elif not isinstance(options, TensorInspectionOptions):
-            raise DTypeError(
-                f"inspect: options must be TensorInspectionOptions or None, "
-                f"found {type(options).__name__}"
-            )
+        options = checked_options(options)
         storage = self._opened()
         dtype = ZERO_COPY.get(found.kind.name)
         if dtype is not None:

@@ -135,16 +135,10 @@ class SafetensorsFile(TensorNames):
         Opened with ``copy=True`` (or remote), the tensor is inspected as the copy ``get``
         would give, still reading only the sampled elements.
         """
-        from .._inspect import TensorInspectionOptions, sample_positions
+        from .._inspect import checked_options, sample_positions
 
         shard, entry = self._lookup(name)
-        if options is None:
-            options = TensorInspectionOptions()
-        elif not isinstance(options, TensorInspectionOptions):
-            raise DTypeError(
-                f"inspect: options must be TensorInspectionOptions or None, "
-                f"found {type(options).__name__}"
-            )
+        options = checked_options(options)
         mapped = isinstance(shard.storage, MappedStorage)
         if mapped and (self._copy or entry.dtype is DType.BOOL):
             return _tensor(shard, entry, self._copy).inspect(options)
@@ -152,13 +146,7 @@ class SafetensorsFile(TensorNames):
             numel = (entry.end - entry.begin) * 8 // DTYPE_BITS[entry.dtype_name][1]
             positions = sample_positions(options, numel)
             sampled = shard.storage.units(entry.begin, 1, positions).reshape(-1)
-            bad = np.flatnonzero(sampled > 1)
-            if bad.size:
-                first = int(bad[0])
-                raise FormatError(
-                    f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte "
-                    f"{int(positions[first])} is {int(sampled[first])}, not 0 or 1"
-                )
+            _check_bool(shard, entry, sampled, positions=positions)
         return shard.storage.inspect(entry.begin, entry.dims, _dtype(shard, entry), options)
 
     def chunks(
@@ -204,13 +192,21 @@ def _dtype(shard: _Shard, entry: Entry) -> DType:
     return entry.dtype
 
 
-def _check_bool(shard: _Shard, entry: Entry, data: np.ndarray[Any, Any], at: int = 0) -> None:
-    """FormatError unless every byte of ``data`` (bytes ``at``... of a BOOL tensor) is 0 or 1."""
+def _check_bool(
+    shard: _Shard,
+    entry: Entry,
+    data: np.ndarray[Any, Any],
+    at: int = 0,
+    positions: np.ndarray[Any, Any] | None = None,
+) -> None:
+    """FormatError unless every byte of ``data`` is 0 or 1: bytes ``at``... of a BOOL
+    tensor, or its bytes at ``positions``."""
     bad = np.flatnonzero(data > 1)
     if bad.size:
         first = int(bad[0])
+        index = at + first if positions is None else int(positions[first])
         raise FormatError(
-            f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {at + first} is "
+            f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {index} is "
             f"{int(data[first])}, not 0 or 1"
         )
 
