@@ -289,3 +289,20 @@ def test_whole_file_commands_stream_bounded_pieces(
         assert (tmp_path / "out.safetensors").read_bytes() == (
             server.folder / "big.safetensors"
         ).read_bytes()
+
+
+def test_close_closes_the_one_client(server: FileServer) -> None:
+    ckpt = st.open_checkpoint(server.url(LOCAL["sharded"]), timeout=5)
+    storages = {id(shard.storage.connection) for shard in ckpt._reader._shards}  # type: ignore[union-attr]
+    assert len(storages) == 1  # one client for the index and every shard
+    connection = ckpt._reader._shards[0].storage.connection  # type: ignore[union-attr]
+    client = connection._client
+    ckpt.close()
+    assert client.is_closed and connection._client is None
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, "5", (1.0,), (1.0, 2.0, 3.0), True])
+def test_a_bad_timeout_is_a_format_error(server: FileServer, timeout: object) -> None:
+    with pytest.raises(st.FormatError, match="timeout must be"):
+        st.open_checkpoint(server.url("tiny.safetensors"), timeout=timeout)  # type: ignore[arg-type]
+    assert server.requests == []

@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import re
+import threading
 import time
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -114,6 +115,21 @@ def _credentials(url: str, token: str | None) -> tuple[tuple[str, str, int], str
     return None
 
 
+def _timeouts(url: str, timeout: object) -> tuple[float, float]:
+    """(connect, read) seconds from None (the defaults), a number or a pair of numbers."""
+    if timeout is None:
+        return CONNECT_TIMEOUT, READ_TIMEOUT
+    pair = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    if len(pair) != 2 or not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9
+        for value in pair
+    ):
+        raise FormatError(
+            f"{url}: timeout must be seconds > 0 or a (connect, read) pair, found {timeout!r:.40}"
+        )
+    return float(pair[0]), float(pair[1])
+
+
 def _httpx(url: str) -> Any:
     try:
         return importlib.import_module("httpx")
@@ -134,25 +150,24 @@ class Connection:
     def __init__(
         self, url: str, token: str | None = None, timeout: float | tuple[float, float] | None = None
     ) -> None:
+        connect, read = _timeouts(url, timeout)
         self._httpx = _httpx(url)
         self._credentials = _credentials(url, token)
-        if timeout is None:
-            timeout = (CONNECT_TIMEOUT, READ_TIMEOUT)
-        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = self._httpx.Timeout(read, connect=connect)
         self._client: Any = None
         self._pid = 0
+        self._lock = threading.Lock()  # shards may be opened from several threads
         self.requests = 0  # requests sent (all URLs, retries and redirects included)
         self.received = 0  # body bytes read
 
     def _open_client(self) -> Any:
-        if self._client is None or self._pid != os.getpid():
-            # An inherited client is dropped, not closed: its sockets are the parent's.
-            self._client = self._httpx.Client(
-                timeout=self._timeout, follow_redirects=False, trust_env=False
-            )
-            self._pid = os.getpid()
-        return self._client
+        with self._lock:
+            if self._client is None or self._pid != os.getpid():
+                # An inherited client is dropped, not closed: its sockets are the parent's.
+                # The environment's proxy settings apply (httpx reads no .netrc).
+                self._client = self._httpx.Client(timeout=self._timeout, follow_redirects=False)
+                self._pid = os.getpid()
+            return self._client
 
     def close(self) -> None:
         """Close the client (closing twice is fine)."""

@@ -14,6 +14,7 @@ bounded pieces. Tensors of a remote file are copies in memory, as with ``copy=Tr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin
 
@@ -40,6 +41,7 @@ PROBE_BYTES = 1 << 12
 # and one such request spans at most _MAX_RUN bytes.
 _GAP_BYTES = 1 << 10
 _MAX_RUN = 1 << 20
+_SHARD_THREADS = 8
 
 
 class RemoteStorage:
@@ -170,13 +172,18 @@ def remote_safetensors(storage: RemoteStorage, index: bool) -> SafetensorsFile:
         return SafetensorsFile(url, [_shard(storage)])
     check_index_size(storage.size, url)
     expected = parse_index(storage.read(0, storage.size), url)
-    shards = []
-    for shard_name in sorted(expected):
+
+    def open_shard(shard_name: str) -> Any:
         shard_url = urljoin(url, quote(shard_name))
         size, head = storage.connection.probe(shard_url, PROBE_BYTES)
         shard = _shard(RemoteStorage(storage.connection, shard_url, size, head))
         check_shard(url, shard_name, set(shard.entries), expected[shard_name])
-        shards.append(shard)
+        return shard
+
+    # Headers of many shards (a 191-shard checkpoint) are fetched a few at a time;
+    # the first failing shard in name order is the error reported.
+    with ThreadPoolExecutor(_SHARD_THREADS) as pool:
+        shards = list(pool.map(open_shard, sorted(expected)))
     return SafetensorsFile(url, shards)
 
 
