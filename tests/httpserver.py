@@ -41,6 +41,7 @@ class FileServer:
         self.behave = Behaviour()
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.sent = 0
+        self.ports: set[int] = set()  # client ports seen: one per connection
         self.lock = threading.Lock()
         server = self
 
@@ -61,6 +62,7 @@ class FileServer:
         """Forget the requests counted so far."""
         with self.lock:
             self.requests.clear()
+            self.ports.clear()
             self.sent = 0
 
     def close(self) -> None:
@@ -83,6 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         behave = owner.behave
         with owner.lock:
             owner.requests.append((self.path, dict(self.headers.items())))
+            owner.ports.add(self.client_address[1])
             failing = behave.failures > 0
             if failing:
                 behave.failures -= 1

@@ -306,3 +306,34 @@ def test_a_bad_timeout_is_a_format_error(server: FileServer, timeout: object) ->
     with pytest.raises(st.FormatError, match="timeout must be"):
         st.open_checkpoint(server.url("tiny.safetensors"), timeout=timeout)  # type: ignore[arg-type]
     assert server.requests == []
+
+
+def test_forked_workers_make_their_own_connections(
+    server: FileServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-thread command forks its workers, which inherit the open checkpoint (and
+    make their own HTTP client): the output is the one-process output, and the token
+    given on the command line reaches the workers' requests too."""
+    import os
+    import subprocess
+    import sys
+
+    # Three tensors of 16 MiB: three tasks, so the workers take some.
+    many = {f"t{i}": st.tensor(np.full(1 << 22, i, np.float32), st.DType.F32) for i in range(3)}
+    st.save_safetensors(server.folder / "many.safetensors", many)
+    url = server.url("many.safetensors")
+    expected = _run(["hash", url], capsys)[1]
+    server.reset()
+    source = str(Path(st.__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=source)
+    found = subprocess.run(
+        [sys.executable, "-m", "strided", "hash", url, "--jobs", "3", "--token", "t"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout == expected
+    assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer t"}
+    assert len(server.ports) >= 2  # the workers' own connections
