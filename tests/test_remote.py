@@ -337,3 +337,20 @@ def test_forked_workers_make_their_own_connections(
     assert found.stdout == expected
     assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer t"}
     assert len(server.ports) >= 2  # the workers' own connections
+
+
+def test_a_forked_process_never_uses_the_parents_client(
+    server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    connection = _http.Connection(server.url("tiny.safetensors"), timeout=5)
+    parents = connection._open_client()
+    real = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real + 1)  # as in a forked child
+    childs = connection._open_client()
+    assert childs is not parents
+    connection.probe(server.url("tiny.safetensors"), 16)
+    connection.close()
+    assert childs.is_closed and not parents.is_closed  # the parent's sockets untouched
+    parents.close()
