@@ -97,7 +97,7 @@ class Checkpoint(Mapping[str, Tensor]):
 
     @property
     def path(self) -> str:
-        """The path the checkpoint was opened from."""
+        """The path (or URL) the checkpoint was opened from."""
         return self._path
 
     @property
@@ -170,9 +170,26 @@ class Checkpoint(Mapping[str, Tensor]):
         if isinstance(reader, _GGUFReader):
             return reader.handle.raw(name).numpy()
         if self._format == "safetensors":
-            shard, entry = reader._lookup(name)  # type: ignore[attr-defined]
-            return shard.raw[entry.begin : entry.end]
+            return reader.stored(name)  # type: ignore[attr-defined]
         raise DTypeError(f"{self._path}: {self._format} tensors have no separate stored bytes")
+
+    def _chunks(self, name: str, first: int = 0, last: int | None = None) -> Iterator[Any] | None:
+        """Private: stored bytes ``[first, last)`` of tensor ``name`` (all by default) as
+        bounded flat uint8 pieces, in order.
+
+        For safetensors and GGUF, whose tensors are stored as their logical row-major
+        little-endian bytes (or as the blocks a quantized digest hashes): views of a
+        mapped file, or streamed from a remote one. None for the other formats.
+        """
+        self.info(name)
+        reader = self._open_reader()
+        if isinstance(reader, _GGUFReader):
+            found: Iterator[Any] = reader.handle.chunks(name, first, last)
+            return found
+        if self._format == "safetensors":
+            found = reader.chunks(name, first, last)  # type: ignore[attr-defined]
+            return found
+        return None
 
     def readable(self, name: str) -> bool:
         """Whether ``ckpt[name]`` can decode the tensor's stored type."""
@@ -240,7 +257,13 @@ def _dequantizable(type_name: str) -> bool:
 
 
 @guard_function
-def open_checkpoint(path: str | os.PathLike[str] | bytes, copy: bool = False) -> Checkpoint:
+def open_checkpoint(
+    path: str | os.PathLike[str] | bytes,
+    copy: bool = False,
+    *,
+    token: str | None = None,
+    timeout: float | tuple[float, float] | None = None,
+) -> Checkpoint:
     """Open any supported checkpoint, recognizing its format from its first bytes.
 
     safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
@@ -250,9 +273,26 @@ def open_checkpoint(path: str | os.PathLike[str] | bytes, copy: bool = False) ->
     makes every tensor a copy independent of the file. A path that cannot be opened
     raises the OSError unchanged; an unrecognized or malformed file is a FormatError
     (LimitError for caps) naming the file.
+
+    An ``http://`` or ``https://`` URL of a safetensors file, a
+    ``*.safetensors.index.json`` (shards resolved relative to it) or a GGUF file is read
+    with HTTP range requests (needs ``pip install 'strided[remote]'``): headers and
+    metadata at once within fixed budgets, ``inspect`` only the sampled elements,
+    ``ckpt[name]`` exactly that tensor's bytes (tensors are copies in memory, as with
+    ``copy=True``), ``digest()`` streaming each tensor in bounded pieces. ``token`` is
+    sent as a bearer token only to the URL's origin (scheme, host, port), never across
+    a redirect to another; without it, ``HF_TOKEN`` is sent only to the Hugging Face
+    endpoint (``https://huggingface.co`` or ``HF_ENDPOINT``). ``timeout`` is seconds
+    for connecting and for each read, or a ``(connect, read)`` pair. Network and HTTP
+    failures are OSError (FileNotFoundError for 404), a misbehaving server a
+    FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """
     from .io._common import label, open_regular
+    from .io._http import is_url
 
+    if is_url(path):
+        assert isinstance(path, str)
+        return _remote(path, token, timeout)
     where = label(path)
     if os.path.isdir(where):
         return _safetensors(where, copy, folder=True)
@@ -312,12 +352,30 @@ def _from_safetensors(where: str, reader: Any) -> Checkpoint:
     return Checkpoint(where, "safetensors", reader, infos, reader.metadata)
 
 
+def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
+    from .io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
+
+    storage = open_remote(url, token, timeout)
+    try:
+        kind = sniffed(storage, _sniff(storage.read(0, min(storage.size, 16)), url))
+        if kind == "gguf":
+            return _from_gguf(url, remote_gguf(storage))
+        return _from_safetensors(url, remote_safetensors(storage, kind == "index"))
+    except BaseException:
+        storage.close()
+        raise
+
+
 def _gguf(where: str, copy: bool) -> Checkpoint:
     from .io import open_gguf
+
+    return _from_gguf(where, open_gguf(where, copy=copy))
+
+
+def _from_gguf(where: str, handle: Any) -> Checkpoint:
     from .io._ggml import GGML_TYPES
 
     sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
-    handle = open_gguf(where, copy=copy)
     infos = {}
     for name in handle.keys():
         type_name, shape = handle.info(name)

@@ -56,9 +56,18 @@ def _hash_array(
     array: np.ndarray[Any, Any],
     report: Callable[[int], None] | None = None,
 ) -> str:
+    return _hash_pieces(dtype_name, dims, pieces(array), report)
+
+
+def _hash_pieces(
+    dtype_name: str,
+    dims: Sequence[int],
+    parts: Iterable[np.ndarray[Any, Any]],
+    report: Callable[[int], None] | None = None,
+) -> str:
     digest = hashlib.sha256(preamble(dtype_name, dims))
     done = 0
-    for piece in pieces(array):
+    for piece in parts:
         data = piece.view(np.uint8)
         digest.update(data.data)
         if report is not None:
@@ -100,6 +109,10 @@ def digest_of(
     from ._checkpoint import has_dtype
 
     info = checkpoint.info(name)
+    chunks = checkpoint._chunks(name)
+    if chunks is not None:
+        # Stored as the bytes hashed (safetensors, GGUF): streamed, never held whole.
+        return _hash_pieces(info.dtype, info.shape, chunks, report)
     if has_dtype(info.dtype):
         return tensor_digest(checkpoint[name], report)
     return stored_digest(info.dtype, info.shape, checkpoint._stored(name), report)

@@ -181,18 +181,17 @@ class _Writer:
     def _copy(self, output: OutputFile, offset: int, item: Item) -> None:
         name = item.planned.name
         try:
-            array = (
-                self.checkpoint._stored(name)
-                if item.mode == "raw"
-                else self.checkpoint[name].numpy()
-            )
+            # safetensors and GGUF store the very bytes written: streamed as stored.
+            parts = self.checkpoint._chunks(name)
+            if parts is None:
+                parts = pieces(self.checkpoint[name].numpy())
+            for piece in parts:
+                data = piece.view(np.uint8)
+                output.write(offset, data)
+                offset += data.size
+                self._advance(data.size)
         except DataError as error:
             raise JobError(self.checkpoint.path, name, str(error)) from None
-        for piece in pieces(array):
-            data = piece.view(np.uint8)
-            output.write(offset, data)
-            offset += data.size
-            self._advance(data.size)
 
     def _advance(self, count: int) -> None:
         self.done += count

@@ -115,40 +115,63 @@ class InspectMethods(TensorInternals):
         the same). ``options`` defaults to ``TensorInspectionOptions()`` (1024 samples,
         ``"head"``); anything other than options or None is DTypeError.
         """
-        if options is None:
-            options = _DEFAULT
-        elif not isinstance(options, TensorInspectionOptions):
-            raise DTypeError(
-                f"inspect: options must be TensorInspectionOptions or None, "
-                f"found {type(options).__name__}"
-            )
-        return _inspect(cast("Tensor", self), options)
+        return _inspect(cast("Tensor", self), checked_options(options))
 
 
 _DEFAULT = TensorInspectionOptions()
 
 
+def checked_options(options: object) -> TensorInspectionOptions:
+    """``options``, the default options for None; DTypeError for anything else."""
+    if options is None:
+        return _DEFAULT
+    if not isinstance(options, TensorInspectionOptions):
+        raise DTypeError(
+            f"inspect: options must be TensorInspectionOptions or None, "
+            f"found {type(options).__name__}"
+        )
+    return options
+
+
 def _inspect(tensor: Tensor, options: TensorInspectionOptions) -> TensorInspection:
     array = tensor._array
-    dtype = tensor._dtype
-    numel = array.size
+    positions = sample_positions(options, array.size)
+    layout = (tensor.strides, tensor.byte_len, tensor.storage_byte_len, tensor.is_contiguous)
+    return inspection(tensor._dtype, tensor.shape, positions, _gather(array, positions), layout)
+
+
+def sample_positions(options: TensorInspectionOptions, numel: int) -> np.ndarray:
+    """The flat logical positions ``inspect`` reads from ``numel`` elements, increasing."""
     count = min(options.max_samples, MAX_INSPECTION_SAMPLES, numel)
-    positions = _positions(options.strategy, count, numel)
-    values = _gather(array, positions)
-    stats = _statistics(values, dtype)
+    return _positions(options.strategy, count, numel)
+
+
+def inspection(
+    dtype: DType,
+    shape: Shape,
+    positions: np.ndarray,
+    values: np.ndarray,
+    layout: tuple[tuple[int, ...], int, int, bool],
+) -> TensorInspection:
+    """The inspection of a tensor from its ``values`` (a fresh array) at ``positions``.
+
+    ``layout`` is the tensor's (strides, byte_len, storage_byte_len, is_contiguous).
+    """
+    strides, byte_len, storage_byte_len, is_contiguous = layout
+    count = int(positions.size)
     samples: Any = _Pending(positions, values, dtype)
     return TensorInspection(
         dtype=dtype,
-        shape=tensor.shape,
-        strides=tensor.strides,
-        numel=numel,
-        byte_len=tensor.byte_len,
-        storage_byte_len=tensor.storage_byte_len,
-        is_contiguous=tensor.is_contiguous,
+        shape=shape,
+        strides=strides,
+        numel=shape.numel,
+        byte_len=byte_len,
+        storage_byte_len=storage_byte_len,
+        is_contiguous=is_contiguous,
         samples=samples,
         sampled=count,
-        complete=count == numel,
-        **stats,
+        complete=count == shape.numel,
+        **_statistics(values, dtype),
     )
 
 

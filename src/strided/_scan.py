@@ -49,12 +49,18 @@ def _scan(path: str, part: Part, digests: bool) -> tuple[str | None, Totals | No
     checkpoint = opened(path)
     info = checkpoint.info(part.name)
     if has_dtype(info.dtype):
-        tensor = loaded(path, part.name)
         dtype = DType[info.dtype]
         hasher = hashlib.sha256(preamble(info.dtype, info.shape)) if digests else None
         result = Totals()
         position = part.start
-        for piece in pieces(tensor.numpy(), part.start, part.stop):
+        size = dtype.itemsize
+        # safetensors and GGUF: the stored bytes, streamed (a remote file is never held whole).
+        chunks = checkpoint._chunks(part.name, part.start * size, part.stop * size)
+        if chunks is None:
+            parts = pieces(loaded(path, part.name).numpy(), part.start, part.stop)
+        else:
+            parts = (chunk.view(dtype.numpy) for chunk in chunks)
+        for piece in parts:
             if hasher is not None:
                 hasher.update(piece.view("u1").data)
             result = result.merge(totals([piece], dtype, position))

@@ -38,7 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--jobs and --scheduler cannot be combined")
     stdout = sys.stdout
     sys.stdout = _Guarded(stdout)
+    from ..io._http import TOKENS_VARIABLE
+
+    remembered = os.environ.get(TOKENS_VARIABLE)
     try:
+        _remember_token(args)
         status = int(args.run(args))
         sys.stdout.flush()
         return status
@@ -67,6 +71,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         sys.stdout = stdout
+        if remembered is None:
+            os.environ.pop(TOKENS_VARIABLE, None)
+        else:
+            os.environ[TOKENS_VARIABLE] = remembered
+
+
+def _remember_token(args: argparse.Namespace) -> None:
+    """``--token`` for the URLs named on the command line (worker processes see it too)."""
+    if getattr(args, "token", None) is None:
+        return
+    from ..io._http import is_url, remember_token
+
+    for path in (args.path, getattr(args, "other", None)):
+        if isinstance(path, str) and is_url(path):
+            remember_token(path, args.token)
 
 
 class _OutputError(Exception):
@@ -125,6 +144,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
+    for command in commands.choices.values():
+        command.add_argument(
+            "--token",
+            default=None,
+            help="bearer token sent to the origin of an http(s) URL given (never elsewhere)",
+        )
     return parser
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "PathLike",
     "TensorNames",
     "atomic_write",
+    "check_index_size",
+    "check_shard",
     "checked_shape",
     "file_size",
     "fsync_path",
@@ -49,6 +51,7 @@ __all__ = [
     "map_file",
     "merge_shards",
     "open_regular",
+    "parse_index",
     "read_exact",
     "tensor_of",
     "write_logical",
@@ -302,14 +305,34 @@ def index_shards(
     it (``names_in``). Shards come in file-name order. Anything else is a FormatError
     (LimitError past the size cap) naming the index.
     """
+    with open_regular(path) as file:
+        size = file_size(file)
+        check_index_size(size, path)
+        data = read_exact(file, size, path, "index")
+    expected = parse_index(data, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    for shard_name in sorted(expected):
+        shard_path = os.path.join(folder, shard_name)
+        if not os.path.isfile(shard_path):
+            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
+        shard = open_shard(shard_path)
+        check_shard(path, shard_name, set(names_in(shard)), expected[shard_name])
+        shards.append(shard)
+    return shards
+
+
+def check_index_size(size: int, path: str) -> None:
+    """LimitError for an index of more than ``MAX_INDEX_BYTES`` (checked before reading it)."""
+    if size > MAX_INDEX_BYTES:
+        raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {MAX_INDEX_BYTES}")
+
+
+def parse_index(data: bytes, path: str) -> dict[str, set[str]]:
+    """The shards an index's bytes name: shard file name -> the tensor names mapped to it."""
     from .._limits import describe
     from .._strict_json import loads_strict
 
-    with open_regular(path) as file:
-        size = file_size(file)
-        if size > MAX_INDEX_BYTES:
-            raise LimitError(f"{path}: index of {size} bytes exceeds the cap of {MAX_INDEX_BYTES}")
-        data = read_exact(file, size, path, "index")
     index = loads_strict(data, path, _INDEX_DEPTH)
     if type(index) is not dict:
         raise FormatError(f"{path}: the index must be a JSON object of metadata and weight_map")
@@ -329,23 +352,18 @@ def index_shards(
                 "file name in the index's folder"
             )
         expected.setdefault(shard_name, set()).add(name)
-    folder = os.path.dirname(os.path.abspath(path))
-    shards = []
-    for shard_name in sorted(expected):
-        shard_path = os.path.join(folder, shard_name)
-        if not os.path.isfile(shard_path):
-            raise FormatError(f"{path}: shard {shard_name!r} listed in weight_map does not exist")
-        shard = open_shard(shard_path)
-        held = set(names_in(shard))
-        if held != expected[shard_name]:
-            missing = sorted(expected[shard_name] - held)[:5]
-            extra = sorted(held - expected[shard_name])[:5]
-            raise FormatError(
-                f"{path}: shard {shard_name!r} does not match weight_map "
-                f"(missing {missing}, not listed {extra})"
-            )
-        shards.append(shard)
-    return shards
+    return expected
+
+
+def check_shard(path: str, shard_name: str, held: set[str], expected: set[str]) -> None:
+    """FormatError unless a shard holds exactly the names the index maps to it."""
+    if held != expected:
+        missing = sorted(expected - held)[:5]
+        extra = sorted(held - expected)[:5]
+        raise FormatError(
+            f"{path}: shard {shard_name!r} does not match weight_map "
+            f"(missing {missing}, not listed {extra})"
+        )
 
 
 def _is_plain_file_name(name: object) -> bool:

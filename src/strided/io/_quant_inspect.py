@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from .._construct import python_values
 from .._dtype import DType
-from .._inspect import TensorInspection, TensorInspectionOptions, _positions, _statistics
-from .._limits import MAX_INSPECTION_SAMPLES
-from .._scalar import Scalar
+from .._inspect import TensorInspection, TensorInspectionOptions, inspection, sample_positions
 from .._shape import Shape
 from ._ggml import GGMLType, sample
 
@@ -20,29 +16,23 @@ __all__ = ["quantized_inspection"]
 
 def quantized_inspection(
     kind: GGMLType,
-    data: np.ndarray[Any, Any],
+    storage: Any,
+    begin: int,
     dims: tuple[int, ...],
     options: TensorInspectionOptions,
 ) -> TensorInspection:
     """What ``inspect(options)`` of the dequantized F32 tensor (C-contiguous, shape
-    ``dims``) returns, computed from the few blocks of ``data`` holding the samples."""
+    ``dims``, stored from byte ``begin`` of ``storage``) returns, computed from the
+    few blocks holding the samples: only those blocks are read from the storage.
+    """
     shape = Shape._trusted(dims)
+    positions = sample_positions(options, shape.numel)
+    owner = positions // kind.block_size
+    needed, slot = np.unique(owner, return_inverse=True)
+    blocks = storage.units(begin, kind.block_bytes, needed)
+    # The same positions within the gathered blocks: increasing, as ``sample`` wants.
+    local = slot.reshape(-1) * kind.block_size + positions % kind.block_size
+    values = sample(kind, blocks.reshape(-1), local)
     numel = shape.numel
-    count = min(options.max_samples, MAX_INSPECTION_SAMPLES, numel)
-    positions = _positions(options.strategy, count, numel)
-    values = sample(kind, data, positions)
-    exact = python_values(values, DType.F32)
-    scalars = map(Scalar._trusted, repeat(DType.F32), exact)
-    return TensorInspection(
-        dtype=DType.F32,
-        shape=shape,
-        strides=shape.strides(),
-        numel=numel,
-        byte_len=numel * 4,
-        storage_byte_len=numel * 4,
-        is_contiguous=True,
-        samples=tuple(zip(positions.tolist(), scalars, strict=True)),
-        sampled=count,
-        complete=count == numel,
-        **_statistics(values, DType.F32),
-    )
+    layout = (shape.strides(), numel * 4, numel * 4, True)
+    return inspection(DType.F32, shape, positions, values, layout)

@@ -25,13 +25,14 @@ or read as their stored bytes (``GGUFFile.raw``).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError, LimitError
-from .._inspect import TensorInspection, TensorInspectionOptions
+from .._inspect import TensorInspection, TensorInspectionOptions, checked_options
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
@@ -48,10 +49,20 @@ from ._common import (
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
 from ._quant_inspect import quantized_inspection
+from ._storage import MappedStorage, Storage
 
-__all__ = ["MAX_METADATA_VALUES", "MAX_STRING_BYTES", "GGUFFile", "open_gguf"]
+__all__ = [
+    "MAX_HEADER_FETCH",
+    "MAX_METADATA_VALUES",
+    "MAX_STRING_BYTES",
+    "GGUFFile",
+    "open_gguf",
+    "parse_gguf",
+]
 
 MAX_STRING_BYTES = 1 << 26
+# A remote file's header is fetched as it is parsed, at most this many bytes in all.
+MAX_HEADER_FETCH = 1 << 28
 MAX_METADATA_VALUES = 1 << 24
 _MAX_KEY_BYTES = 65535
 _MAX_NAME_BYTES = 64
@@ -93,15 +104,28 @@ class _TensorInfo:
 
 
 class _Reader:
-    """A cursor over the mapped bytes that refuses to read past the end."""
+    """A cursor over the file's first bytes that refuses to read past the end.
 
-    __slots__ = ("buf", "pos", "raw", "size", "values", "where")
+    ``buf`` holds the first ``loaded`` bytes of the ``size``-byte file: all of a mapped
+    file, or, for a remote file, what was fetched so far; ``more(begin, end)`` fetches
+    further bytes when a read that the checks allowed needs them (at least doubling
+    what is held, never past ``MAX_HEADER_FETCH`` bytes in all).
+    """
 
-    def __init__(self, raw: np.ndarray[Any, Any], where: str) -> None:
-        self.raw = raw
-        self.buf = raw.data
+    __slots__ = ("buf", "loaded", "more", "pos", "size", "values", "where")
+
+    def __init__(
+        self,
+        data: Any,
+        size: int,
+        where: str,
+        more: Callable[[int, int], bytes] | None = None,
+    ) -> None:
+        self.buf = memoryview(data).cast("B")
+        self.loaded = len(self.buf)
+        self.size = size
+        self.more = more
         self.pos = 0
-        self.size = raw.size
         self.values = 0
         self.where = where
 
@@ -111,6 +135,18 @@ class _Reader:
                 f"{self.where}: {what} needs {count} bytes at offset {self.pos}, "
                 f"only {self.size - self.pos} remain"
             )
+        if self.pos + count > self.loaded:
+            self._grow(self.pos + count, what)
+
+    def _grow(self, end: int, what: str) -> None:
+        if end > MAX_HEADER_FETCH or self.more is None:
+            raise LimitError(
+                f"{self.where}: {what} ends at offset {end}, past the {MAX_HEADER_FETCH}-byte "
+                "budget for a remote GGUF header"
+            )
+        end = min(max(end, 2 * self.loaded), self.size, MAX_HEADER_FETCH)
+        self.buf = memoryview(bytes(self.buf) + self.more(self.loaded, end))
+        self.loaded = len(self.buf)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -174,27 +210,26 @@ class _Reader:
 
     def string_array(self, count: int, what: str) -> list[str]:
         # The hot loop of real files (vocabularies of 100k+ tokens): no per-item calls.
-        buf, pos, size, where = self.buf, self.pos, self.size, self.where
+        # ``held`` is what is loaded: past it, ``need`` checks the file and fetches more.
+        buf, pos, held, where = self.buf, self.pos, self.loaded, self.where
         unpack = _U64.unpack_from
         result: list[str] = []
         append = result.append
         for i in range(count):
-            if size - pos < 8:
-                raise FormatError(
-                    f"{where}: {what}[{i}] length needs 8 bytes at offset {pos}, "
-                    f"only {size - pos} remain"
-                )
+            if held - pos < 8:
+                self.pos = pos
+                self.need(8, f"{what}[{i}] length")
+                buf, held = self.buf, self.loaded
             length = unpack(buf, pos)[0]
             pos += 8
             if length > MAX_STRING_BYTES:
                 raise LimitError(
                     f"{where}: {what}[{i}] of {length} bytes exceeds {MAX_STRING_BYTES}"
                 )
-            if length > size - pos:
-                raise FormatError(
-                    f"{where}: {what}[{i}] needs {length} bytes at offset {pos}, "
-                    f"only {size - pos} remain"
-                )
+            if length > held - pos:
+                self.pos = pos
+                self.need(length, f"{what}[{i}]")
+                buf, held = self.buf, self.loaded
             try:
                 append(str(buf[pos : pos + length], "utf-8"))
             except UnicodeDecodeError:
@@ -234,7 +269,7 @@ class GGUFFile(TensorNames):
     valid, each holding the mapping it views.
     """
 
-    __slots__ = ("_copy", "_metadata", "_path", "_raw", "_types", "_version")
+    __slots__ = ("_copy", "_metadata", "_path", "_storage", "_types", "_version")
 
     _by_name: dict[str, _TensorInfo]
 
@@ -244,7 +279,7 @@ class GGUFFile(TensorNames):
         version: int,
         metadata: tuple[dict[str, Any], dict[str, str]],
         tensors: dict[str, _TensorInfo],
-        raw: np.ndarray[Any, Any],
+        storage: Storage,
         copy: bool = False,
     ) -> None:
         """Private: use ``open_gguf``."""
@@ -253,7 +288,7 @@ class GGUFFile(TensorNames):
         self._version = version
         self._metadata, self._types = metadata
         self._by_name = tensors
-        self._raw: np.ndarray[Any, Any] | None = raw
+        self._storage: Storage | None = storage
 
     @property
     def path(self) -> str:
@@ -317,12 +352,11 @@ class GGUFFile(TensorNames):
         """
         found = self._lookup(name)
         kind = found.kind
-        span = self._span(found)
         dtype = ZERO_COPY.get(kind.name)
         if dtype is not None:
-            return tensor_of(span.view(dtype.numpy).reshape(found.dims), dtype, self._copy)
+            return tensor_of(self._view(found, dtype), dtype, self._copy)
         self._check_quantized(found, dequantize)
-        values = dequantize_blocks(kind, span, found.dims, self._where(found))
+        values = dequantize_blocks(kind, self._span(found), found.dims, self._where(found))
         return Tensor._adopt(values, DType.F32)
 
     def inspect(
@@ -336,28 +370,37 @@ class GGUFFile(TensorNames):
         (DTypeError for anything other than options or None).
         """
         found = self._lookup(name)
-        if options is None:
-            options = TensorInspectionOptions()
-        elif not isinstance(options, TensorInspectionOptions):
-            raise DTypeError(
-                f"inspect: options must be TensorInspectionOptions or None, "
-                f"found {type(options).__name__}"
-            )
-        span = self._span(found)
+        options = checked_options(options)
+        storage = self._opened()
         dtype = ZERO_COPY.get(found.kind.name)
         if dtype is not None:
-            view = Tensor._wrap(span.view(dtype.numpy).reshape(found.dims))
-            return view.inspect(options)
+            return storage.inspect(found.begin, found.dims, dtype, options)
         self._check_quantized(found, True)
-        return quantized_inspection(found.kind, span, found.dims, options)
+        return quantized_inspection(found.kind, storage, found.begin, found.dims, options)
+
+    def chunks(
+        self, name: str, first: int = 0, last: int | None = None
+    ) -> Iterator[np.ndarray[Any, Any]]:
+        """Stored bytes ``[first, last)`` of tensor ``name`` (all by default) as bounded
+        flat ``uint8`` pieces, in order."""
+        found = self._lookup(name)
+        end = found.end if last is None else found.begin + last
+        return self._opened().chunks(found.begin + first, end)
 
     def close(self) -> None:
         """Release the file (closing twice is fine); tensors handed out stay valid."""
         super().close()
-        self._raw = None
+        if self._storage is not None:
+            self._storage.close()
+        self._storage = None
+
+    def _opened(self) -> Storage:
+        if self._storage is None:
+            raise FormatError(f"{self._path}: the GGUF file is closed")
+        return self._storage
 
     def _lookup(self, name: object) -> _TensorInfo:
-        if self._raw is None:
+        if self._storage is None:
             raise FormatError(f"{self._path}: the GGUF file is closed")
         found = self._by_name.get(name) if type(name) is str else None
         if found is None:
@@ -365,8 +408,10 @@ class GGUFFile(TensorNames):
         return found
 
     def _span(self, found: _TensorInfo) -> np.ndarray[Any, Any]:
-        assert self._raw is not None  # _lookup checked
-        return self._raw[found.begin : found.end]
+        return self._opened().span(found.begin, found.end)
+
+    def _view(self, found: _TensorInfo, dtype: DType) -> np.ndarray[Any, Any]:
+        return self._span(found).view(dtype.numpy).reshape(found.dims)
 
     def _where(self, found: _TensorInfo) -> str:
         return f"{self._path}: tensor {found.name[:80]!r}"
@@ -409,7 +454,17 @@ def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     with open_regular(where) as file:
         size = file_size(file)
         raw = map_file(file, size, where)
-    reader = _Reader(raw, where)
+    version, metadata, tensors = parse_gguf(_Reader(raw.data, size, where))
+    return GGUFFile(where, version, metadata, tensors, MappedStorage(raw, where), copy)
+
+
+def parse_gguf(
+    reader: _Reader,
+) -> tuple[int, tuple[dict[str, Any], dict[str, str]], dict[str, _TensorInfo]]:
+    """Validate a GGUF header read through ``reader`` from the file's start:
+    (version, (metadata, metadata types), tensor infos by name with absolute offsets).
+    """
+    where, size = reader.where, reader.size
     reader.need(4, "magic")
     if bytes(reader.buf[0:4]) != b"GGUF":
         raise FormatError(f"{where}: not a GGUF file (magic {bytes(reader.buf[0:4])!r})")
@@ -421,16 +476,18 @@ def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
         raise FormatError(f"{where}: GGUF version {version} is not supported (only 2 and 3)")
     tensor_count = reader.u64("tensor count")
     kv_count = reader.u64("key-value count")
-    reader.need(
-        kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_BYTES,
-        f"{kv_count} key-value pairs and {tensor_count} tensor infos",
-    )
+    # Bounded by the file's size only: the bytes are fetched as they are parsed.
+    if kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_BYTES > size - reader.pos:
+        reader.need(
+            kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_BYTES,
+            f"{kv_count} key-value pairs and {tensor_count} tensor infos",
+        )
     metadata, types = _read_metadata(reader, kv_count)
     alignment = _alignment(reader, metadata, types)
     tensors = _read_tensor_infos(reader, tensor_count)
     data_start = -(-reader.pos // alignment) * alignment
     _place_tensors(tensors, data_start, alignment, size, where)
-    return GGUFFile(where, version, (metadata, types), {t.name: t for t in tensors}, raw, copy)
+    return version, (metadata, types), {t.name: t for t in tensors}
 
 
 def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[str, str]]:

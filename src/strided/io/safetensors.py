@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import numpy as np
@@ -40,22 +40,39 @@ from ._common import (
     tensor_of,
     write_logical,
 )
-from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
+from ._safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
+from ._storage import MappedStorage, Storage
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
 
 
 class _Shard:
-    """One mapped, validated file."""
+    """One validated file: its entries, metadata and the storage holding its bytes."""
 
-    __slots__ = ("entries", "metadata", "raw", "where")
+    __slots__ = ("entries", "metadata", "storage", "where")
 
     def __init__(self, path: str) -> None:
-        self.where = path
         with open_regular(path) as file:
             size = file_size(file)
-            entries, self.metadata = parse_header(file, size, path)
-            self.raw = map_file(file, size, path)
+            entries, metadata = parse_header(file, size, path)
+            raw = map_file(file, size, path)
+        self._set(path, MappedStorage(raw, path), entries, metadata)
+
+    @classmethod
+    def of(
+        cls, where: str, storage: Storage, entries: list[Entry], metadata: dict[str, str]
+    ) -> _Shard:
+        """A shard whose header was parsed elsewhere (a remote file)."""
+        self = cls.__new__(cls)
+        self._set(where, storage, entries, metadata)
+        return self
+
+    def _set(
+        self, where: str, storage: Storage, entries: list[Entry], metadata: dict[str, str]
+    ) -> None:
+        self.where = where
+        self.storage = storage
+        self.metadata = metadata
         self.entries = {entry.name: entry for entry in entries}
 
 
@@ -70,7 +87,7 @@ class SafetensorsFile(TensorNames):
     inspection. A name that is not in the file is an IndexingError.
     """
 
-    __slots__ = ("_copy", "_metadata", "_path")
+    __slots__ = ("_copy", "_metadata", "_path", "_shards")
 
     _by_name: dict[str, tuple[_Shard, Entry]]
 
@@ -78,6 +95,7 @@ class SafetensorsFile(TensorNames):
         """Private: use ``open_safetensors``."""
         self._path = path
         self._copy = copy
+        self._shards = shards
         self._by_name, self._metadata = merge_shards(path, shards, lambda shard: shard.entries)
 
     @property
@@ -112,9 +130,48 @@ class SafetensorsFile(TensorNames):
         return _tensor(shard, entry, self._copy)
 
     def inspect(self, name: str, options: Any = None) -> Any:
-        """``get(name).inspect(options)``: reads only the sampled elements."""
-        tensor: Any = self.get(name)
-        return tensor.inspect() if options is None else tensor.inspect(options)
+        """``get(name).inspect(options)``: reads only the sampled elements.
+
+        Opened with ``copy=True`` (or remote), the tensor is inspected as the copy ``get``
+        would give, still reading only the sampled elements.
+        """
+        from .._inspect import checked_options, sample_positions
+
+        shard, entry = self._lookup(name)
+        options = checked_options(options)
+        mapped = isinstance(shard.storage, MappedStorage)
+        if mapped and (self._copy or entry.dtype is DType.BOOL):
+            return _tensor(shard, entry, self._copy).inspect(options)
+        if entry.dtype is DType.BOOL:  # remote: the sampled bytes are checked
+            numel = (entry.end - entry.begin) * 8 // DTYPE_BITS[entry.dtype_name][1]
+            positions = sample_positions(options, numel)
+            sampled = shard.storage.units(entry.begin, 1, positions).reshape(-1)
+            _check_bool(shard, entry, sampled, positions=positions)
+        return shard.storage.inspect(entry.begin, entry.dims, _dtype(shard, entry), options)
+
+    def chunks(
+        self, name: str, first: int = 0, last: int | None = None
+    ) -> Iterator[np.ndarray[Any, Any]]:
+        """Stored bytes ``[first, last)`` of tensor ``name`` (all by default) as bounded
+        flat ``uint8`` pieces, in order.
+
+        BOOL bytes other than 0 and 1 are a FormatError (raised at the piece holding one).
+        """
+        shard, entry = self._lookup(name)
+        begin = entry.begin + first
+        end = entry.end if last is None else entry.begin + last
+        return _checked_chunks(shard, entry, shard.storage.chunks(begin, end), first)
+
+    def stored(self, name: str) -> np.ndarray[Any, Any]:
+        """The stored bytes of tensor ``name`` as one flat read-only ``uint8`` array."""
+        shard, entry = self._lookup(name)
+        return shard.storage.span(entry.begin, entry.end)
+
+    def close(self) -> None:
+        """Forget the file and release its storage; tensors handed out stay valid."""
+        super().close()
+        for shard in self._shards:
+            shard.storage.close()
 
     def _lookup(self, name: object) -> tuple[_Shard, Entry]:
         found = self._by_name.get(name) if type(name) is str else None
@@ -126,23 +183,50 @@ class SafetensorsFile(TensorNames):
         return f"SafetensorsFile({self._path!r}, {len(self._by_name)} tensors)"
 
 
-def _tensor(shard: _Shard, entry: Entry, copy: bool) -> Tensor:
-    dtype = entry.dtype
-    if dtype is None:
+def _dtype(shard: _Shard, entry: Entry) -> DType:
+    if entry.dtype is None:
         raise DTypeError(
             f"{shard.where}: tensor {entry.name[:80]!r}: dtype {entry.dtype_name} "
             "has no strided equivalent"
         )
-    span = shard.raw[entry.begin : entry.end]
-    if entry.dtype is DType.BOOL:
-        bad = np.flatnonzero(span > 1)
-        if bad.size:
-            first = int(bad[0])
-            raise FormatError(
-                f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {first} is "
-                f"{int(span[first])}, not 0 or 1"
-            )
-    # NumPy collapses the view's base onto ``raw``, the flat storage shared by all.
+    return entry.dtype
+
+
+def _check_bool(
+    shard: _Shard,
+    entry: Entry,
+    data: np.ndarray[Any, Any],
+    at: int = 0,
+    positions: np.ndarray[Any, Any] | None = None,
+) -> None:
+    """FormatError unless every byte of ``data`` is 0 or 1: bytes ``at``... of a BOOL
+    tensor, or its bytes at ``positions``."""
+    bad = np.flatnonzero(data > 1)
+    if bad.size:
+        first = int(bad[0])
+        index = at + first if positions is None else int(positions[first])
+        raise FormatError(
+            f"{shard.where}: tensor {entry.name[:80]!r}: BOOL byte {index} is "
+            f"{int(data[first])}, not 0 or 1"
+        )
+
+
+def _checked_chunks(
+    shard: _Shard, entry: Entry, chunks: Iterator[np.ndarray[Any, Any]], at: int
+) -> Iterator[np.ndarray[Any, Any]]:
+    for piece in chunks:
+        if entry.dtype is DType.BOOL:
+            _check_bool(shard, entry, piece, at)
+        at += piece.size
+        yield piece
+
+
+def _tensor(shard: _Shard, entry: Entry, copy: bool) -> Tensor:
+    dtype = _dtype(shard, entry)
+    span = shard.storage.span(entry.begin, entry.end)
+    if dtype is DType.BOOL:
+        _check_bool(shard, entry, span)
+    # NumPy collapses the view's base onto the storage's flat array.
     return tensor_of(span.view(dtype.numpy).reshape(entry.dims), dtype, copy)
 
 

@@ -1,0 +1,325 @@
+"""HTTP range requests for remote checkpoints: one client, checked responses, bounded reads.
+
+A ``Connection`` holds one ``httpx.Client`` (connections reused across ranges) and
+reads byte ranges of files on one or more URLs. Every response is distrusted:
+
+* a ``206`` must carry ``Content-Range: bytes B-E/TOTAL`` with exactly the range asked
+  for and the file's known size, and a body of exactly that length (a longer body is
+  cut off where it passes the length asked for and refused);
+* a ``200`` to a Range request means the server ignores ``Range``: its body is read
+  only up to the length asked for and refused when it goes on (a huge file is never
+  downloaded by accident); it is accepted only when it is a whole file no longer than
+  the first bytes asked for;
+* redirects are followed by hand, at most ``MAX_REDIRECTS``; the bearer token goes only
+  to the origin (scheme, host, port) it belongs to, never across a redirect to another;
+* ``Accept-Encoding: identity``, so lengths count bytes; connect and read timeouts;
+  5xx answers and dropped connections are retried ``RETRIES`` times with exponential
+  backoff.
+
+Every failure is an OSError (network, HTTP status: ``FileNotFoundError`` for 404,
+``PermissionError`` for 401/403, ``TimeoutError``) or a FormatError (a response that
+breaks the protocol), each naming the URL. ``httpx`` is the optional extra
+``strided[remote]``, imported by name at run time.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from .._errors import FormatError
+
+__all__ = [
+    "MAX_REDIRECTS",
+    "TOKENS_VARIABLE",
+    "Connection",
+    "is_url",
+    "origin",
+    "remember_token",
+]
+
+MAX_REDIRECTS = 5
+RETRIES = 3
+BACKOFF_SECONDS = 0.25  # the first retry's wait; doubled for each one after
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0
+STREAM_CHUNK = 1 << 20  # bytes per range request when a range is streamed
+HF_ENDPOINT = "https://huggingface.co"
+TOKENS_VARIABLE = "STRIDED_REMOTE_TOKENS"  # origin -> token, set by the command line
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_UNSATISFIABLE = re.compile(r"bytes \*/(\d+)")
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is an ``http://`` or ``https://`` URL."""
+    return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of ``url``, the port made explicit (80, 443)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        raise FormatError(f"{url}: invalid port") from None
+    return scheme, (parts.hostname or "").lower(), port or (443 if scheme == "https" else 80)
+
+
+def remember_token(url: str, token: str) -> None:
+    """Let every process of this run (worker processes too) send ``token`` to ``url``'s origin.
+
+    Used by the command line's ``--token``: worker processes open the URL themselves.
+    """
+    found = _remembered()
+    found[_origin_text(url)] = token
+    os.environ[TOKENS_VARIABLE] = json.dumps(found)
+
+
+def _origin_text(url: str) -> str:
+    scheme, host, port = origin(url)
+    return f"{scheme}://{host}:{port}"
+
+
+def _remembered() -> dict[str, str]:
+    try:
+        found = json.loads(os.environ.get(TOKENS_VARIABLE, "{}"))
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _credentials(url: str, token: str | None) -> tuple[tuple[str, str, int], str] | None:
+    """The (origin, token) pair for a checkpoint opened at ``url``, or None.
+
+    ``token`` (or one remembered for this origin) belongs to the origin of ``url``;
+    otherwise ``HF_TOKEN`` when ``url`` is on the Hugging Face endpoint.
+    """
+    home = origin(url)
+    if token is None:
+        token = _remembered().get(_origin_text(url))
+    if token is not None:
+        return home, token
+    hf_token = os.environ.get("HF_TOKEN")
+    endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
+    if hf_token and is_url(endpoint) and origin(endpoint) == home:
+        return home, hf_token
+    return None
+
+
+def _timeouts(url: str, timeout: object) -> tuple[float, float]:
+    """(connect, read) seconds from None (the defaults), a number or a pair of numbers."""
+    if timeout is None:
+        return CONNECT_TIMEOUT, READ_TIMEOUT
+    pair = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    if len(pair) != 2 or not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9
+        for value in pair
+    ):
+        raise FormatError(
+            f"{url}: timeout must be seconds > 0 or a (connect, read) pair, found {timeout!r:.40}"
+        )
+    return float(pair[0]), float(pair[1])
+
+
+def _httpx(url: str) -> Any:
+    try:
+        return importlib.import_module("httpx")
+    except ImportError:
+        raise FormatError(
+            f"{url}: reading checkpoints over HTTP needs httpx: pip install 'strided[remote]'"
+        ) from None
+
+
+class Connection:
+    """Range reads of files by URL through one HTTP client (one per checkpoint).
+
+    ``timeout`` is seconds for both connecting and each read, or a ``(connect, read)``
+    pair. The token (see ``_credentials``) is bound at creation to one origin. After a
+    ``fork`` the child makes its own client (sockets are never shared between processes).
+    """
+
+    def __init__(
+        self, url: str, token: str | None = None, timeout: float | tuple[float, float] | None = None
+    ) -> None:
+        connect, read = _timeouts(url, timeout)
+        self._httpx = _httpx(url)
+        self._credentials = _credentials(url, token)
+        self._timeout = self._httpx.Timeout(read, connect=connect)
+        self._client: Any = None
+        self._pid = 0
+        self._lock = threading.Lock()  # shards may be opened from several threads
+        self.requests = 0  # requests sent (all URLs, retries and redirects included)
+        self.received = 0  # body bytes read
+
+    def _open_client(self) -> Any:
+        with self._lock:
+            if self._client is None or self._pid != os.getpid():
+                # An inherited client is dropped, not closed: its sockets are the parent's.
+                # The environment's proxy settings apply (httpx reads no .netrc).
+                self._client = self._httpx.Client(timeout=self._timeout, follow_redirects=False)
+                self._pid = os.getpid()
+            return self._client
+
+    def close(self) -> None:
+        """Close the client (closing twice is fine)."""
+        client, self._client = self._client, None
+        if client is not None and self._pid == os.getpid():
+            client.close()
+
+    def probe(self, url: str, count: int) -> tuple[int, bytes]:
+        """(file size, its first ``min(count, size)`` bytes), from one range request."""
+        return self._read(url, 0, count, None)
+
+    def read(self, url: str, begin: int, end: int, size: int) -> bytes:
+        """Bytes ``[begin, end)`` of the ``size``-byte file at ``url``."""
+        if begin >= end:
+            return b""
+        return self._read(url, begin, end, size)[1]
+
+    def _read(self, url: str, begin: int, end: int, size: int | None) -> tuple[int, bytes]:
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(url, begin, end, size)
+            except _Retry as retry:
+                if attempt >= RETRIES:
+                    text = f"{retry} (after {attempt + 1} attempts)"
+                    raise OSError(errno.EIO, text, url) from None
+                time.sleep(BACKOFF_SECONDS * 2**attempt)
+                attempt += 1
+
+    def _attempt(self, url: str, begin: int, end: int, size: int | None) -> tuple[int, bytes]:
+        httpx = self._httpx
+        try:
+            response = self._follow(url, begin, end)
+            try:
+                return self._body(url, response, begin, end, size)
+            finally:
+                response.close()
+        except httpx.TimeoutException as exc:
+            raise TimeoutError(errno.ETIMEDOUT, f"timed out ({type(exc).__name__})", url) from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise _Retry(f"connection failed ({type(exc).__name__}: {exc})") from None
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            raise OSError(errno.EIO, f"HTTP error ({type(exc).__name__}: {exc})", url) from None
+        except httpx.InvalidURL as exc:
+            raise FormatError(f"{url}: invalid URL ({exc})") from None
+
+    def _follow(self, url: str, begin: int, end: int) -> Any:
+        """The response to ``GET url`` for bytes ``[begin, end)``, redirects followed."""
+        seen = {url}
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            headers = {"Range": f"bytes={begin}-{end - 1}", "Accept-Encoding": "identity"}
+            if self._credentials is not None and origin(current) == self._credentials[0]:
+                headers["Authorization"] = f"Bearer {self._credentials[1]}"
+            client = self._open_client()
+            self.requests += 1
+            request = client.build_request("GET", current, headers=headers)
+            response = client.send(request, stream=True)
+            if response.status_code not in _REDIRECTS:
+                return response
+            location = response.headers.get("location")
+            response.close()
+            if not location:
+                raise FormatError(f"{url}: redirect {response.status_code} without a Location")
+            current = urljoin(current, location)
+            if not current.lower().startswith(("http://", "https://")):
+                raise FormatError(f"{url}: redirect to a URL that is not http(s)")
+            if current in seen:
+                raise FormatError(f"{url}: redirect loop (back to {current})")
+            seen.add(current)
+        raise FormatError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+    def _body(
+        self, url: str, response: Any, begin: int, end: int, size: int | None
+    ) -> tuple[int, bytes]:
+        status = response.status_code
+        if status == 206:
+            total = _checked_range(url, response.headers.get("content-range"), begin, end, size)
+            want = min(end, total) - begin
+            return total, self._exactly(url, response, want, "the range asked for")
+        if status == 200:
+            # The server ignores Range. Acceptable only when the whole file is no longer
+            # than what was asked from its start; never read on past that.
+            data = self._upto(url, response, end - begin, "the server ignores Range requests: ")
+            if begin != 0 or (size is not None and len(data) != size):
+                raise FormatError(
+                    f"{url}: the server ignores Range requests (it answered 200 with the "
+                    "whole file); refusing to download it"
+                )
+            return len(data), data
+        if status == 416:
+            found = _UNSATISFIABLE.fullmatch(response.headers.get("content-range", ""))
+            if found is not None and begin == 0:
+                return int(found.group(1)), b""
+        if status >= 500 or status == 429:
+            raise _Retry(f"HTTP {status}")
+        raise _status_error(url, status, response.reason_phrase)
+
+    def _exactly(self, url: str, response: Any, count: int, what: str) -> bytes:
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.strip() != str(count):
+            raise FormatError(
+                f"{url}: Content-Length {declared.strip()[:20]} differs from the "
+                f"{count} bytes of {what}"
+            )
+        data = self._upto(url, response, count)
+        if len(data) != count:
+            raise _Retry(f"the response ended after {len(data)} of {count} bytes")
+        return data
+
+    def _upto(self, url: str, response: Any, count: int, why: str = "") -> bytes:
+        """The body, read only until it exceeds ``count`` bytes (then FormatError)."""
+        parts = []
+        held = 0
+        for piece in response.iter_raw():
+            held += len(piece)
+            self.received += len(piece)
+            if held > count:
+                raise FormatError(
+                    f"{url}: {why}the server sent more than the {count} bytes asked for; "
+                    "stopped reading"
+                )
+            parts.append(piece)
+        return b"".join(parts)
+
+
+class _Retry(Exception):
+    """A failure worth another attempt (5xx, a dropped connection, a short body)."""
+
+
+def _checked_range(url: str, header: str | None, begin: int, end: int, size: int | None) -> int:
+    """The file size a 206's ``Content-Range`` states, checked against the range asked."""
+    found = _CONTENT_RANGE.fullmatch((header or "").strip())
+    if found is None:
+        raise FormatError(f"{url}: 206 response without a valid Content-Range ({header!r:.60})")
+    first, last = int(found.group(1)), int(found.group(2))
+    if found.group(3) == "*":
+        raise FormatError(f"{url}: Content-Range does not state the file size")
+    total = int(found.group(3))
+    if size is not None and total != size:
+        raise FormatError(f"{url}: the file changed size ({size} bytes, now {total})")
+    if first != begin or last != min(end, total) - 1 or last < first:
+        raise FormatError(
+            f"{url}: Content-Range {header!r:.60} differs from the range asked ({begin}-{end - 1})"
+        )
+    return total
+
+
+def _status_error(url: str, status: int, reason: str) -> OSError:
+    text = f"HTTP {status} {reason}".strip()
+    if status in (404, 410):
+        return FileNotFoundError(errno.ENOENT, text, url)
+    if status in (401, 403):
+        return PermissionError(errno.EACCES, text, url)
+    return OSError(errno.EIO, text, url)
