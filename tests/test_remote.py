@@ -25,6 +25,8 @@ from strided.io import _http
 
 from .httpserver import FileServer
 
+pytest.importorskip("httpx")  # the remote extra; without it URLs are refused by name
+
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tiny-llama.safetensors"
 
 

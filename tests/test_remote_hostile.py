@@ -14,6 +14,8 @@ from strided.io import _http
 
 from .httpserver import Behaviour, FileServer
 
+pytest.importorskip("httpx")  # the remote extra; without it URLs are refused by name
+
 BIG = 16 << 20
 
 
