@@ -5,6 +5,8 @@ dtype, layout and axis form. Selection and joining are in ``test_toolkit_select`
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
@@ -14,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
+from strided import _argfind
 from strided._floats import round_exact
 
 from .strategies import ALL_DTYPES, arrays, shapes
@@ -138,9 +141,26 @@ def test_min_max_match_numpy(data: hs.DataObject) -> None:
         bits_equal(as_array(found, dtype), np.asarray(expected, dtype=dtype.numpy))
 
 
+@pytest.mark.parametrize("block", [None, 1, 8])  # large arrays are searched in blocks
 @settings(max_examples=300, deadline=None)
 @given(hs.data())
-def test_argmin_argmax_match_numpy(data: hs.DataObject) -> None:
+def test_argmin_argmax_match_numpy(block: int | None, data: hs.DataObject) -> None:
+    with _blocks_of(block):
+        _argmin_argmax_match_numpy(data)
+
+
+@contextmanager
+def _blocks_of(size: int | None) -> Iterator[None]:
+    """Let argmin/argmax search arrays past ``2 * size`` bytes in blocks of ``size``."""
+    saved = _argfind.BLOCK_BYTES
+    _argfind.BLOCK_BYTES = saved if size is None else size
+    try:
+        yield
+    finally:
+        _argfind.BLOCK_BYTES = saved
+
+
+def _argmin_argmax_match_numpy(data: hs.DataObject) -> None:
     dtype = data.draw(hs.sampled_from(ALL_DTYPES))
     tensor, view = data.draw(laid_out(dtype))
     axis = data.draw(hs.none() | hs.integers(-view.ndim, view.ndim - 1)) if view.ndim else None
@@ -393,3 +413,20 @@ def test_f64_mean_rows_are_correctly_rounded(rows: np.ndarray) -> None:
         check_mean(got, row, D.F64)
     flipped = st.Tensor.from_numpy(rows.T.copy()).T.mean(axis=1).tolist()  # a view
     assert flipped == found
+
+
+def test_argmin_argmax_of_arrays_larger_than_a_block() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.integers(-50, 50, (700, 1000)).astype(np.float32)  # many ties
+    values[650, 3] = values[651, 9] = np.nan  # both in a late block; the first wins
+    full = st.Tensor.from_numpy(values)
+    cases = [(full, values), (full[:600], values[:600]), (full.T, values.T)]
+    cases.append((full[:, ::-1], values[:, ::-1]))
+    for tensor, array in cases:
+        for name in ("argmin", "argmax"):
+            find = getattr(np, name)
+            assert getattr(tensor, name)().value == find(array)
+            for axis in (0, 1):
+                found = getattr(tensor, name)(axis=axis, keepdims=bool(axis))
+                assert np.array_equal(found.numpy(), find(array, axis, keepdims=bool(axis)))
+    assert st.Tensor.from_numpy(values).argmax().value == 650 * 1000 + 3

@@ -1,7 +1,8 @@
 """Tensor methods for the comparison reductions: min, max, argmin, argmax, any, all,
 count_nonzero, and mean (exact, in ``_mean``).
 
-Each is one NumPy reduction over the tensor's own view (no copy of the input), with the
+Each is one NumPy reduction over the tensor's own view (no copy of the input; argmin
+and argmax of a large tensor copy one cache-sized block at a time, ``_argfind``), with the
 axis rules of ``sum``: ``axis`` None (every axis), an int or a tuple, negative values
 counted from the end, a bad or repeated axis IndexingError. ``axis=None`` without
 ``keepdims`` gives a Scalar, anything else a new contiguous Tensor.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._argfind import arg_extreme
 from ._arith import check_arithmetic
 from ._base import TensorInternals
 from ._dtype import DType
@@ -143,7 +145,7 @@ class StatsMethods(TensorInternals):
         single = None if axis is None else normalize_axis(axis, array.ndim, what)
         _refuse_empty(array, None if single is None else (single,), what)
         with np.errstate(all="ignore"):
-            found = find(array, axis=single, keepdims=bool(keepdims))
+            found = arg_extreme(find, array, single, bool(keepdims))
         return self._finish(found, DType.I64, axis is None and not keepdims)
 
     def _logical(self, reduce: Any, what: str, axis: object, keepdims: bool) -> Scalar | Tensor:
