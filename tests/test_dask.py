@@ -123,6 +123,31 @@ def test_diff_on_the_cluster_matches_one_process(
     assert run(capsys, *args)[2].rstrip().endswith("100.0%")
 
 
+def test_urls_on_the_cluster_match_one_process(
+    client: Any,
+    models: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("httpx")
+    from .httpserver import FileServer
+
+    monkeypatch.setenv("STRIDED_REMOTE_TOKENS", "{}")  # what --token leaves is undone
+    server = FileServer(models["large"].parent)
+    try:
+        url = server.url("large.safetensors")
+        local = run(capsys, "hash", url)  # one process
+        from_file = run(capsys, "hash", str(models["large"]))[1].splitlines()
+        assert local[1].splitlines()[:3] == from_file[:3]  # the last line names the file
+        assert run(capsys, "hash", url, "--scheduler", client.scheduler.address) == local
+        server.reset()
+        assert run(capsys, "hash", url, "--scheduler", "local:2", "--token", "T") == local
+        sent = {headers.get("Authorization") for _, headers in server.requests}
+        assert sent == {"Bearer T"} and len(server.ports) > 1  # the workers' requests too
+    finally:
+        server.close()
+
+
 def test_local_cluster_from_the_real_command_line(models: dict[str, Path]) -> None:
     command = [sys.executable, "-m", "strided", "hash", str(models["shards"])]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
