@@ -146,15 +146,20 @@ def test_torch_rank_zero_and_bfloat16_values() -> None:
 
 
 def test_copy_capsule_flags() -> None:
+    # Each capsule is kept alive while its structs are read: they are freed with it.
     t = st.tensor([1.0, 2.0], D.F32)
-    managed, _ = _structs(t.__dlpack__(max_version=(1, 0)))
+    capsule = t.__dlpack__(max_version=(1, 0))
+    managed, _ = _structs(capsule)
     assert managed is not None and managed.flags == 2  # IS_COPIED, writable
-    managed, _ = _structs(t.__dlpack__(copy=False, max_version=(1, 0)))
+    capsule = t.__dlpack__(copy=False, max_version=(1, 0))
+    managed, _ = _structs(capsule)
     assert managed is not None and managed.flags == 1  # READ_ONLY
-    managed, tensor = _structs(t.convert(D.F8_E5M2).__dlpack__(copy=False, max_version=(1, 0)))
+    capsule = t.convert(D.F8_E5M2).__dlpack__(copy=False, max_version=(1, 0))
+    managed, tensor = _structs(capsule)
     assert managed is not None and (managed.major, managed.minor) >= (1, 1)
     assert (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) == (12, 8, 1)
-    managed, tensor = _structs(t.__dlpack__())
+    capsule = t.__dlpack__()
+    managed, tensor = _structs(capsule)
     assert managed is None and tensor.device_type == 1 and tensor.ndim == 1
 
 
