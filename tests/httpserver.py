@@ -29,6 +29,7 @@ class Behaviour:
     ignore_range: bool = False  # answer 200 with the whole file
     extra_bytes: int = 0  # append this many bytes beyond the range (Content-Length omitted)
     shift_range: int = 0  # state a Content-Range shifted by this many bytes
+    unsatisfiable: bool = False  # answer 416 to every range, stating the true size
     stall: float = 0.0  # send the headers, then wait this long before the body
     failures: int = 0  # answer 503 to this many requests first
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location
@@ -114,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         begin = int(found.group(1))
         end = min(int(found.group(2)) + 1 if found.group(2) else size, size)
-        if begin >= size:
+        if begin >= size or behave.unsatisfiable:
             self._empty(416, {"Content-Range": f"bytes */{size}"})
             return
         shift = behave.shift_range

@@ -84,6 +84,20 @@ def test_a_wrong_content_range_is_refused(server: FileServer) -> None:
         st.open_checkpoint(url, timeout=5)
 
 
+def test_416_for_a_file_that_has_bytes_is_refused(server: FileServer) -> None:
+    server.behave.unsatisfiable = True  # "no byte of the range exists", for a 2-tensor file
+    url = server.url("small.safetensors")
+    with pytest.raises(OSError, match="HTTP 416") as caught:
+        st.open_checkpoint(url, timeout=5)
+    assert caught.value.filename == url
+    connection = _http.Connection(url, timeout=5)
+    try:
+        with pytest.raises(OSError, match="HTTP 416"):  # never b"" for bytes that exist
+            connection.read(url, 0, 10, 200)
+    finally:
+        connection.close()
+
+
 def test_a_redirect_loop_is_an_error(server: FileServer) -> None:
     server.behave.redirects = {"/a": "/b", "/b": "/a"}
     url = server.url("a")

@@ -68,6 +68,7 @@ class DaskRunner:
         self.address = address
         self._client: Any = None
         self._cluster: Any = None
+        self._distributed: Any = None
 
     def __enter__(self) -> DaskRunner:
         try:
@@ -84,6 +85,10 @@ class DaskRunner:
             raise EngineError(
                 f"cannot reach the Dask scheduler at {self.address}: {_first_line(error)}"
             ) from None
+        except BaseException:  # an interrupt, or anything else: no cluster is left running
+            self.close()
+            raise
+        self._distributed = distributed
         return self
 
     def __exit__(
@@ -119,7 +124,7 @@ class DaskRunner:
         if self._client is None:
             raise EngineError("the Dask runner is not open")
         weights = weights if weights is not None else [1] * len(tasks)
-        distributed = require("distributed", "--scheduler")
+        distributed = self._distributed
         version = uuid.uuid4().hex
         futures = [
             self._client.submit(run_in_worker, function, task, version, pure=False)

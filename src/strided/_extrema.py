@@ -27,7 +27,6 @@ from ._errors import ShapeError
 from ._mean import mean_of
 from ._reduce import normalize_axes
 from ._scalar import Scalar
-from ._select import adopt_result
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -160,7 +159,7 @@ class StatsMethods(TensorInternals):
         """A NumPy result as a Scalar (``scalar``) or a new tensor of ``dtype``."""
         if scalar:
             return Scalar._trusted(dtype, np.asarray(found).reshape(-1)[0])
-        return adopt_result(np.asarray(found), dtype)
+        return self._adopt(np.asarray(found), dtype)
 
 
 def _axes(ndim: int, axis: object, what: str) -> tuple[int, ...]:

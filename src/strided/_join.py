@@ -17,7 +17,6 @@ import numpy as np
 from ._errors import DTypeError, LimitError, ShapeError
 from ._limits import MAX_RANK, check_dims
 from ._memory import guard_function
-from ._select import adopt_result
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -34,7 +33,7 @@ def concatenate(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     naming the first tensor and axis that differ). ``axis`` may be negative; out of
     range is IndexingError. The result is a new contiguous tensor.
     """
-    from ._tensor import normalize_axis
+    from ._tensor import Tensor, normalize_axis
 
     arrays, dtype = _arrays(tensors, "concatenate")
     first = arrays[0].shape
@@ -55,7 +54,7 @@ def concatenate(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
                 )
     total = sum(array.shape[at] for array in arrays)
     check_dims((*first[:at], total, *first[at + 1 :]), "concatenate")
-    return _joined(np.concatenate(arrays, axis=at), dtype)
+    return Tensor._adopt(np.concatenate(arrays, axis=at), dtype)
 
 
 @guard_function
@@ -68,7 +67,7 @@ def stack(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     IndexingError; the result's rank is at most MAX_RANK (LimitError). A new contiguous
     tensor.
     """
-    from ._tensor import normalize_axis
+    from ._tensor import Tensor, normalize_axis
 
     arrays, dtype = _arrays(tensors, "stack")
     first = arrays[0].shape
@@ -82,7 +81,7 @@ def stack(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
                 f"{list(first)}{_first_difference(array.shape, first)}"
             )
     check_dims((*first[:at], len(arrays), *first[at:]), "stack")
-    return _joined(np.stack(arrays, axis=at), dtype)
+    return Tensor._adopt(np.stack(arrays, axis=at), dtype)
 
 
 def _first_difference(shape: tuple[int, ...], first: tuple[int, ...]) -> str:
@@ -116,7 +115,3 @@ def _arrays(tensors: object, what: str) -> tuple[list[np.ndarray], Any]:
             )
         arrays.append(item._array)
     return arrays, dtype
-
-
-def _joined(result: np.ndarray, dtype: Any) -> Tensor:
-    return adopt_result(result, dtype)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._base import TensorInternals
 from ._checked import first_index
-from ._construct import NumericRows, nested_shape, seal, shaped
+from ._construct import NumericRows, nested_shape
 from ._dtype import DType
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._limits import MAX_RANK, check_dims, describe, int_text
@@ -26,22 +26,7 @@ from ._scalar import Scalar
 if TYPE_CHECKING:
     from ._tensor import Tensor
 
-__all__ = ["SelectMethods", "adopt_result", "masked", "where"]
-
-
-def adopt_result(array: np.ndarray, dtype: DType) -> Tensor:
-    """A freshly computed NumPy result that no one else holds, as a new tensor.
-
-    A C-contiguous array that owns its memory in ``dtype`` (native byte order counts:
-    NumPy results are ``=f4`` where the dtype table says ``<f4``) is sealed as it is,
-    without the copy ``Tensor._adopt`` would make to change the byte-order label.
-    """
-    from ._tensor import Tensor
-
-    flags = array.flags
-    if flags.owndata and flags.c_contiguous and array.dtype == dtype.numpy:
-        return Tensor._wrap(shaped(seal(array), array.shape))
-    return Tensor._adopt(array, dtype)
+__all__ = ["SelectMethods", "masked", "where"]
 
 
 class SelectMethods(TensorInternals):
@@ -79,7 +64,7 @@ class SelectMethods(TensorInternals):
         except IndexError as error:
             _check_range(chosen, length, place)  # names the first bad index
             raise IndexingError(f"take: {error}") from None
-        return adopt_result(taken, self._dtype)
+        return self._adopt(taken, self._dtype)
 
 
 def _axis(axis: object, ndim: int) -> int:
@@ -161,7 +146,7 @@ def _check_range(chosen: np.ndarray, length: int, place: str) -> None:
 # -- masks ------------------------------------------------------------------------------------
 
 
-def _masked(tensor: Any, mask: Any) -> Tensor:
+def _masked(tensor: Tensor, mask: Tensor) -> Tensor:
     """``tensor[mask]`` for a BOOL tensor ``mask`` covering the leading axes (a copy)."""
     if mask.dtype is not DType.BOOL:
         raise IndexingError(
@@ -175,7 +160,7 @@ def _masked(tensor: Any, mask: Any) -> Tensor:
             f"shape {list(shape)}"
         )
     check_dims((int(np.count_nonzero(mask._array)), *shape[len(cover) :]), "index")
-    return adopt_result(tensor._array[mask._array], tensor._dtype)
+    return tensor._adopt(tensor._array[mask._array], tensor._dtype)
 
 
 masked = guard_function(_masked, "index")
@@ -210,7 +195,7 @@ def where(cond: object, a: object, b: object) -> Tensor:
             f"{list(right.shape)} cannot be broadcast together"
         ) from None
     check_dims(dims, "where")
-    return adopt_result(np.where(cond._array, left, right), dtype)
+    return Tensor._adopt(np.where(cond._array, left, right), dtype)
 
 
 def _common_dtype(a: object, b: object) -> DType:

@@ -129,10 +129,11 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         sealed read-only (see ``_construct.seal``): neither ``t.numpy()`` nor its base
         can be made writable again.
         """
-        # np.asarray (not ascontiguousarray, which turns rank 0 into rank 1).
-        owned = np.asarray(array, dtype=dtype.numpy, order="C")
-        if not owned.flags.owndata:
-            owned = owned.copy()
+        # A NumPy result is labelled ``=f4`` where the table says ``<f4``: the same
+        # dtype, so it is kept as it is rather than relabelled (which makes a view).
+        owned = array if array.dtype == dtype.numpy else np.asarray(array, dtype=dtype.numpy)
+        if not (owned.flags.owndata and owned.flags.c_contiguous):
+            owned = np.array(owned, order="C")  # a copy (rank 0 stays rank 0)
         return cls._wrap(shaped(seal(owned), owned.shape))
 
     # -- construction --------------------------------------------------------------

@@ -124,14 +124,15 @@ def exact_sum(array: Any) -> Scalar:
     rounded (the value of ``math.fsum``). F32, F16 and BF16: correctly rounded too
     (``Tensor.sum()`` may be one ulp away from that). NaN, or infinities of both signs,
     give NaN; a finite total past the largest value gives infinity; an exact zero is
-    +0.0. The result is the same for any chunking and any number of workers. Computed
-    at once with Dask's current scheduler. BOOL, the 8-bit floats and dtypes strided
-    does not have are DTypeError; something that is not a Dask array is DTypeError.
+    +0.0. BOOL: the number of true elements, as an I64 Scalar. The result is the same
+    for any chunking and any number of workers. Computed at once with Dask's current
+    scheduler. The 8-bit floats and dtypes strided does not have are DTypeError;
+    something that is not a Dask array is DTypeError.
     """
     if not isinstance(array, _da.Array):
         raise DTypeError(f"exact_sum: expected a dask.array.Array, found {type(array).__name__}")
     dtype = DType.from_numpy(array.dtype)
-    if dtype is DType.BOOL or dtype.is_storage_only:
+    if dtype.is_storage_only:
         raise DTypeError(f"exact_sum: not defined for {dtype.name}; convert to a wider dtype first")
     partial = _dask.delayed(_partial, pure=False)  # fresh keys: a repeat is computed anew
     merge = _dask.delayed(_merge, pure=False)
@@ -139,7 +140,7 @@ def exact_sum(array: Any) -> Scalar:
     while len(level) > 1:
         level = [merge(*level[i : i + _FAN_IN]) for i in range(0, len(level), _FAN_IN)]
     found = level[0].compute() if level else Totals()
-    return _finish(found, dtype)
+    return _finish(found, DType.I64 if dtype is DType.BOOL else dtype)
 
 
 def _partial(block: Any, dtype_name: str) -> Totals:
@@ -148,6 +149,8 @@ def _partial(block: Any, dtype_name: str) -> Totals:
     values = np.asarray(block)
     if DType.from_numpy(values.dtype) is not dtype:
         raise DTypeError(f"exact_sum: a chunk holds {values.dtype}, the array says {dtype.name}")
+    if dtype is DType.BOOL:  # a count (a NumPy bool may hold any nonzero byte)
+        return Totals(count=values.size, total=int(np.count_nonzero(values)))
     values = np.asarray(values, dtype=dtype.numpy)  # little-endian
     return totals(pieces(values), dtype)
 

@@ -157,8 +157,7 @@ class Connection:
         self._client: Any = None
         self._pid = 0
         self._lock = threading.Lock()  # shards may be opened from several threads
-        self.requests = 0  # requests sent (all URLs, retries and redirects included)
-        self.received = 0  # body bytes read
+        self.received = 0  # body bytes read (approximate when threads share the connection)
 
     def _open_client(self) -> Any:
         with self._lock:
@@ -223,7 +222,6 @@ class Connection:
             if self._credentials is not None and origin(current) == self._credentials[0]:
                 headers["Authorization"] = f"Bearer {self._credentials[1]}"
             client = self._open_client()
-            self.requests += 1
             request = client.build_request("GET", current, headers=headers)
             response = client.send(request, stream=True)
             if response.status_code not in _REDIRECTS:
@@ -232,7 +230,10 @@ class Connection:
             response.close()
             if not location:
                 raise FormatError(f"{url}: redirect {response.status_code} without a Location")
-            current = urljoin(current, location)
+            try:
+                current = urljoin(current, location)
+            except ValueError:  # e.g. a malformed IPv6 host
+                raise FormatError(f"{url}: redirect to an invalid URL") from None
             if not current.lower().startswith(("http://", "https://")):
                 raise FormatError(f"{url}: redirect to a URL that is not http(s)")
             if current in seen:
@@ -260,8 +261,8 @@ class Connection:
             return len(data), data
         if status == 416:
             found = _UNSATISFIABLE.fullmatch(response.headers.get("content-range", ""))
-            if found is not None and begin == 0:
-                return int(found.group(1)), b""
+            if found is not None and begin == 0 and int(found.group(1)) == 0:
+                return 0, b""  # an empty file: no range of it can be satisfied
         if status >= 500 or status == 429:
             raise _Retry(f"HTTP {status}")
         raise _status_error(url, status, response.reason_phrase)
