@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,30 @@ def test_inspect_goes_through_the_tensor(tmp_path: Path) -> None:
     assert found.numel == 10 and found.max.value == 9.0
     options = st.TensorInspectionOptions(max_samples=3)
     assert handle.inspect("a", options).sampled == 3
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_inspect_equals_the_inspection_of_what_get_gives(tmp_path: Path, copy: bool) -> None:
+    path = tmp_path / "i.safetensors"
+    values = {"a": np.arange(60, dtype=np.float32).reshape(6, 10), "b": np.arange(7) % 2 == 0}
+    sn.save_file(values, str(path))
+    options = st.TensorInspectionOptions(max_samples=5)
+    with st.open_safetensors(path, copy=copy) as handle:
+        for name in values:
+            found = handle.inspect(name, options)
+            assert found == handle.get(name).inspect(options)
+            expected = values[name].nbytes if copy else path.stat().st_size
+            assert found.storage_byte_len == expected
+    big = tmp_path / "big.safetensors"
+    sn.save_file({"w": np.ones(1 << 20, dtype=np.float32)}, str(big))
+    with st.open_safetensors(big, copy=copy) as handle:
+        tracemalloc.start()
+        try:
+            assert handle.inspect("w", options).max.value == 1.0
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < (1 << 20)  # the samples, not a copy of the 4 MiB tensor
 
 
 @pytest.mark.parametrize(

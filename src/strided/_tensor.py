@@ -131,7 +131,10 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         """
         # A NumPy result is labelled ``=f4`` where the table says ``<f4``: the same
         # dtype, so it is kept as it is rather than relabelled (which makes a view).
-        owned = array if array.dtype == dtype.numpy else np.asarray(array, dtype=dtype.numpy)
+        # np.asarray also turns a NumPy scalar (a shared object) into a new array.
+        owned = np.asarray(array)
+        if owned.dtype != dtype.numpy:
+            owned = owned.astype(dtype.numpy)
         if not (owned.flags.owndata and owned.flags.c_contiguous):
             owned = np.array(owned, order="C")  # a copy (rank 0 stays rank 0)
         return cls._wrap(shaped(seal(owned), owned.shape))

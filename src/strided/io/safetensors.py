@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import IO, Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from ._common import (
     tensor_of,
     write_logical,
 )
-from ._safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
+from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER, Entry, parse_header
 from ._storage import MappedStorage, Storage
 
 __all__ = ["SafetensorsFile", "load_safetensors", "open_safetensors", "save_safetensors"]
@@ -130,24 +131,26 @@ class SafetensorsFile(TensorNames):
         return _tensor(shard, entry, self._copy)
 
     def inspect(self, name: str, options: Any = None) -> Any:
-        """``get(name).inspect(options)``: reads only the sampled elements.
+        """``get(name).inspect(options)``, reading only the sampled elements.
 
-        Opened with ``copy=True`` (or remote), the tensor is inspected as the copy ``get``
-        would give, still reading only the sampled elements.
+        Opened with ``copy=True``, the layout facts are those of the copy ``get`` gives
+        (``storage_byte_len`` is the tensor's own size). Over HTTP they are those of the
+        file opened locally (``storage_byte_len`` is the file's size), so a URL and its
+        file inspect alike. BOOL bytes are checked where sampled (FormatError), and in a
+        local file without ``copy``, all of them, as ``get`` does.
         """
         from .._inspect import checked_options, sample_positions
 
         shard, entry = self._lookup(name)
         options = checked_options(options)
-        mapped = isinstance(shard.storage, MappedStorage)
-        if mapped and (self._copy or entry.dtype is DType.BOOL):
-            return _tensor(shard, entry, self._copy).inspect(options)
-        if entry.dtype is DType.BOOL:  # remote: the sampled bytes are checked
-            numel = (entry.end - entry.begin) * 8 // DTYPE_BITS[entry.dtype_name][1]
-            positions = sample_positions(options, numel)
+        if entry.dtype is DType.BOOL:
+            if isinstance(shard.storage, MappedStorage) and not self._copy:
+                return _tensor(shard, entry, False).inspect(options)
+            positions = sample_positions(options, Shape._trusted(entry.dims).numel)
             sampled = shard.storage.units(entry.begin, 1, positions).reshape(-1)
             _check_bool(shard, entry, sampled, positions=positions)
-        return shard.storage.inspect(entry.begin, entry.dims, _dtype(shard, entry), options)
+        found = shard.storage.inspect(entry.begin, entry.dims, _dtype(shard, entry), options)
+        return replace(found, storage_byte_len=found.byte_len) if self._copy else found
 
     def chunks(
         self, name: str, first: int = 0, last: int | None = None
