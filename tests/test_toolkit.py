@@ -387,6 +387,21 @@ def test_mean_of_integers_is_f64_and_exact() -> None:
     assert math.copysign(1, st.tensor([-(2.0**-1074), 0.0, 0.0], D.F64).mean().value) == -1
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    hs.sampled_from([D.I64, D.U64]),
+    hs.lists(hs.lists(hs.integers(-(2**63), 2**64 - 1), min_size=3, max_size=3), min_size=1),
+)
+def test_i64_u64_row_means_are_exact_whatever_the_other_rows_hold(
+    dtype: st.DType, rows: list[list[int]]
+) -> None:
+    low, high = (-(2**63), 2**63 - 1) if dtype is D.I64 else (0, 2**64 - 1)
+    rows = [[min(max(v, low), high) for v in row] for row in rows]
+    rows.append([1, 2, 4])  # an ordinary row next to rows of huge values
+    means = st.Tensor.from_numpy(np.array(rows, dtype=dtype.numpy)).mean(axis=1)
+    assert means.numpy().tolist() == [float(Fraction(sum(row), 3)) for row in rows]
+
+
 @hs.composite
 def f64_rows(draw: hs.DrawFn) -> np.ndarray:
     """F64 rows of ordinary magnitudes, cancellation or near-ties: the certified path."""

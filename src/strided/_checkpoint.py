@@ -283,7 +283,8 @@ def open_checkpoint(
     sent as a bearer token only to the URL's origin (scheme, host, port), never across
     a redirect to another; without it, ``HF_TOKEN`` is sent only to the Hugging Face
     endpoint (``https://huggingface.co`` or ``HF_ENDPOINT``). ``timeout`` is seconds
-    for connecting and for each read, or a ``(connect, read)`` pair. Network and HTTP
+    for connecting and for each read, or a ``(connect, read)`` pair (``token`` and
+    ``timeout`` are ignored for a local path, so one call serves both). Network and HTTP
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """

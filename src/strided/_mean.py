@@ -70,15 +70,11 @@ def mean_of(array: np.ndarray, dtype: DType, axes: tuple[int, ...], keepdims: bo
 
 
 def _int_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
-    count, length = rows.shape
+    length = rows.shape[1]
     values = rows.view(np.uint8) if dtype is DType.BOOL else rows
-    sums = _int_sums(values, dtype)
-    if sums is None:
-        redo = np.arange(count)
-        means = np.zeros(count)
-    else:
-        means = sums.astype(np.float64) / length  # exact / exact: rounded once
-        redo = np.flatnonzero((sums > _EXACT_F64) | (sums < -_EXACT_F64))
+    sums, risky = _int_sums(values, dtype)
+    means: np.ndarray = sums.astype(np.float64) / length  # exact / exact: rounded once
+    redo = np.flatnonzero(risky | (sums > _EXACT_F64) | (sums < -_EXACT_F64))
     int_dtype = DType.U8 if dtype is DType.BOOL else dtype
     for i in redo.tolist():
         total = _int_total(np.ascontiguousarray(values[i]), int_dtype)
@@ -86,19 +82,23 @@ def _int_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     return means
 
 
-def _int_sums(values: np.ndarray, dtype: DType) -> np.ndarray | None:
-    """Exact row sums in 64-bit lanes, or None when a lane might wrap."""
-    length = values.shape[1]
+def _int_sums(values: np.ndarray, dtype: DType) -> tuple[np.ndarray, np.ndarray]:
+    """Row sums in 64-bit lanes, and which rows' lanes might have wrapped (to be redone).
+
+    A row is safe when its largest magnitude times its length stays below 2**63; one
+    large value sends only its own row to the exact path.
+    """
+    count, length = values.shape
     if dtype.itemsize <= 4:
         if length >= _EXACT_TERMS:
-            return None
-        return np.asarray(np.add.reduce(values, axis=1, dtype=np.int64))
-    high, low = int(np.max(values)), int(np.min(values))
-    if max(high, -low) * length >= 2**63:
-        return None
-    return np.asarray(
-        np.add.reduce(values, axis=1, dtype=np.int64 if dtype.is_signed else np.uint64)
-    )
+            return np.zeros(count, dtype=np.int64), np.ones(count, dtype=bool)
+        return np.add.reduce(values, axis=1, dtype=np.int64), np.zeros(count, dtype=bool)
+    bound = 2**63 // length
+    risky = np.max(values, axis=1) >= bound
+    if dtype.is_signed:
+        risky |= np.min(values, axis=1) <= -bound
+    lane = np.int64 if dtype.is_signed else np.uint64
+    return np.add.reduce(values, axis=1, dtype=lane), risky
 
 
 # -- floats -----------------------------------------------------------------------------------
