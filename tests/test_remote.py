@@ -356,3 +356,28 @@ def test_a_forked_process_never_uses_the_parents_client(
     connection.close()
     assert childs.is_closed and not parents.is_closed  # the parent's sockets untouched
     parents.close()
+
+
+def test_verify_fetches_a_quantized_tensor_once(
+    server: FileServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = server.folder / "quantized.gguf"
+    rng = np.random.default_rng(4)
+    blocks = rng.integers(0, 256, (2048, 144), dtype=np.uint8)  # Q4_K, 288 KiB
+    blocks[:, 0:4] = np.array([0.01, 0.02], dtype=np.float16).view(np.uint8)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("q", blocks, raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    url = server.url("quantized.gguf")
+    manifest = server.folder / "quantized.sha256"
+    assert main(["hash", str(path)]) == 0
+    manifest.write_text(capsys.readouterr().out)
+    assert main(["verify", str(path), "--manifest", str(manifest)]) == 0
+    local = capsys.readouterr().out
+    server.reset()
+    assert main(["verify", url, "--manifest", str(manifest)]) == 0  # digests and a scan
+    assert capsys.readouterr().out == local.replace(str(path), url)
+    assert server.sent < path.stat().st_size + (64 << 10)  # the blocks once, not twice

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Sequence
 
 from ._checkpoint import has_dtype
-from ._digest import digest_of, preamble
+from ._digest import digest_of, preamble, stored_digest
 from ._dtype import DType
 from ._errors import DataError
 from ._exact_stats import Totals, totals
@@ -66,10 +66,12 @@ def _scan(path: str, part: Part, digests: bool) -> tuple[str | None, Totals | No
             result = result.merge(totals([piece], dtype, position))
             position += piece.size
         return (hasher.hexdigest() if hasher is not None else None), result
-    digest = digest_of(checkpoint, part.name) if digests else None
     if not checkpoint.readable(part.name):
-        return digest, None
-    source = Source(checkpoint, part.name)
+        return (digest_of(checkpoint, part.name) if digests else None), None
+    # The stored blocks, read once (a remote tensor is fetched once) for both results.
+    stored = checkpoint._stored(part.name)
+    digest = stored_digest(info.dtype, info.shape, stored) if digests else None
+    source = Source(checkpoint, part.name, stored=stored)
     result = Totals()
     for start in range(part.start, part.stop, _STEP):
         stop = min(start + _STEP, part.stop)

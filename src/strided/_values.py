@@ -39,7 +39,14 @@ class Source:
 
     __slots__ = ("_array", "_block", "_stored", "dtype", "kind", "numel", "type_name")
 
-    def __init__(self, checkpoint: Checkpoint, name: str, tensor: Tensor | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        name: str,
+        tensor: Tensor | None = None,
+        stored: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        """``tensor`` or ``stored`` (the stored bytes), when the caller already has them."""
         info = checkpoint.info(name)
         self.type_name = info.dtype
         self._array: np.ndarray[Any, Any] | None = None
@@ -50,7 +57,7 @@ class Source:
             self.dtype = DType[info.dtype]
             self.numel = int(self._array.size)
         else:
-            self._stored = checkpoint._stored(name)
+            self._stored = checkpoint._stored(name) if stored is None else stored
             self._block = _block_type(checkpoint, info.dtype)
             self.dtype = DType.U8 if self._block is None else DType.F32
             self.numel = int(self._stored.size) if self._block is None else info.shape.numel
