@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -292,6 +293,31 @@ def test_from_checkpoint_values_are_open_checkpoint_values(
             if array.ndim == 2:
                 moved = array.T.rechunk((3, 2)).compute()
                 assert moved.dtype == expected.dtype and moved.tobytes() == expected.T.tobytes()
+
+
+def test_from_checkpoint_of_a_url_fetches_each_chunk_once(
+    client: Any, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    pytest.importorskip("httpx")
+    from .httpserver import FileServer
+
+    path = tmp_path / "all.safetensors"
+    st.save_safetensors(path, {k: st.Tensor.from_numpy(v) for k, v in _every_dtype().items()})
+    server = FileServer(tmp_path)
+    try:
+        for served, chunks in ((path, {0: 2}), (models["large"], {"big": (700, 1024)})):
+            shutil.copy(served, tmp_path / "served.safetensors")
+            server.reset()
+            arrays = sd.from_checkpoint(server.url("served.safetensors"), chunks=chunks)
+            with st.open_checkpoint(served) as checkpoint:
+                for name, array in arrays.items():
+                    found, expected = array.compute(), checkpoint[name].numpy()
+                    assert found.dtype == expected.dtype and found.shape == expected.shape
+                    assert found.tobytes() == expected.tobytes(), name
+            # Headers and each chunk's rows: a whole tensor per worker would be far more.
+            assert server.sent < served.stat().st_size + (256 << 10)
+    finally:
+        server.close()
 
 
 def test_quantized_gguf_tensors_read_as_dequantized_f32(client: Any, tmp_path: Path) -> None:

@@ -17,12 +17,14 @@ that receives such an array can also send it on. Other arrays are left to Dask.
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from ._jobs import loaded, opened, task_scope
+from .io._http import is_url
 
 __all__ = ["TensorChunks", "e5m2_dtype"]
 
@@ -58,24 +60,39 @@ class TensorChunks:
         self.quantized = quantized
 
     def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
-        """The block at ``index`` (slices, as Dask asks): a read-only view where possible."""
+        """The block at ``index`` (slices, as Dask asks): a read-only view where possible.
+
+        Over HTTP only the rows the block covers are fetched.
+        """
         with task_scope(self.version):
-            if not self.quantized:
-                return np.asarray(loaded(self.path, self.name).numpy()[index])
-            return self._dequantized(index)
+            if self.quantized:
+                return self._dequantized(index)
+            if self.ndim and is_url(self.path):
+                return self._fetched(index)
+            return np.asarray(loaded(self.path, self.name).numpy()[index])
+
+    def _rows(self, index: tuple[slice, ...]) -> tuple[int, int, tuple[slice, ...], int]:
+        """(first row, end row, the slices within those rows, elements per row)."""
+        low, high, step = index[0].indices(self.shape[0])
+        return low, max(high, low), (slice(None, None, step), *index[1:]), math.prod(self.shape[1:])
+
+    def _fetched(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
+        low, high, within, inner = self._rows(index)
+        row_bytes = inner * self.dtype.itemsize
+        checkpoint = opened(self.path)
+        found = checkpoint._chunks(self.name, low * row_bytes, high * row_bytes)
+        if found is None:  # a format read whole
+            return np.asarray(loaded(self.path, self.name).numpy()[index])
+        data = np.concatenate([np.zeros(0, np.uint8), *found])
+        return data.view(self.dtype).reshape((high - low, *self.shape[1:]))[within]
 
     def _dequantized(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
         from ._values import Source
 
-        rows, rest = index[0].indices(self.shape[0]), index[1:]
-        inner = 1
-        for dim in self.shape[1:]:
-            inner *= dim
-        low, high = rows[0], max(rows[1], rows[0])
+        low, high, within, inner = self._rows(index)
         source = Source(opened(self.path), self.name)
         values = source.values(low * inner, high * inner)
-        block = values.reshape((high - low, *self.shape[1:]))
-        return block[(slice(None, None, rows[2]), *rest)]
+        return values.reshape((high - low, *self.shape[1:]))[within]
 
 
 def e5m2_dtype() -> np.dtype[Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -38,6 +39,7 @@ from ._floats import round_exact
 from ._jobs import where
 from ._pieces import pieces
 from ._scalar import Scalar
+from .io._http import is_url
 
 __all__ = ["exact_sum", "from_checkpoint"]
 
@@ -59,7 +61,8 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
     (Dask's wire format cannot describe that dtype) and arrive as F8_E5M2 again; the
     other dtypes travel as they are. The file is read only for its header here: opening
     failures raise as ``open_checkpoint`` does; the file must not change while the
-    arrays are in use.
+    arrays are in use. ``path`` may be an http(s) URL (``strided[remote]``): each worker
+    fetches only the rows of the chunks it computes (a quantized GGUF tensor whole).
     """
     location = where(os.fspath(path))
     arrays: dict[str, Any] = {}
@@ -87,7 +90,12 @@ def _chunks_of(chunks: Any, name: str) -> Any:
 
 
 def _stamp(path: str) -> tuple[int, ...]:
-    """What identifies this state of the file (or folder of shards): sizes and times."""
+    """What identifies this state of the file (or folder of shards): sizes and times.
+
+    A URL's state is unknown: each call gets its own, so workers fetch its header anew.
+    """
+    if is_url(path):
+        return (uuid.uuid4().int,)
     try:
         found = [os.stat(path)]
         if os.path.isdir(path):
