@@ -113,7 +113,7 @@ class StatsMethods(TensorInternals):
         dtype = self._dtype
         check_arithmetic("mean", dtype)
         result_dtype = dtype if dtype.is_float else DType.F64
-        axes = _axes(self._array.ndim, axis, "mean")
+        axes = normalize_axes(axis, self._array.ndim, "mean")
         values = mean_of(self._array, dtype, axes, bool(keepdims))
         return self._finish(values, result_dtype, axis is None and not keepdims)
 
@@ -129,7 +129,7 @@ class StatsMethods(TensorInternals):
         dtype = self._dtype
         check_arithmetic(what, dtype)
         array = self._array
-        axes = _axes(array.ndim, axis, what)
+        axes = normalize_axes(axis, array.ndim, what)
         _refuse_empty(array, axes, what)
         with np.errstate(all="ignore"):  # NaN compares "invalid" in some dtypes
             found = reduce(array, axis=axes, keepdims=bool(keepdims))
@@ -151,7 +151,7 @@ class StatsMethods(TensorInternals):
         dtype = self._dtype
         check_arithmetic(what, dtype)
         mask = _nonzero(self._array, dtype)
-        axes = _axes(mask.ndim, axis, what)
+        axes = normalize_axes(axis, mask.ndim, what)
         found = reduce(mask, axis=axes, keepdims=bool(keepdims))
         return self._finish(found, DType.BOOL, axis is None and not keepdims)
 
@@ -160,13 +160,6 @@ class StatsMethods(TensorInternals):
         if scalar:
             return Scalar._trusted(dtype, np.asarray(found).reshape(-1)[0])
         return self._adopt(np.asarray(found), dtype)
-
-
-def _axes(ndim: int, axis: object, what: str) -> tuple[int, ...]:
-    """Every axis for ``None``, else the checked axes."""
-    if axis is None:
-        return tuple(range(ndim))
-    return normalize_axes(axis, ndim, what)
 
 
 def _refuse_empty(array: np.ndarray, axes: tuple[int, ...] | None, what: str) -> None:

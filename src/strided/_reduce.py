@@ -66,7 +66,7 @@ class ReduceMethods(TensorInternals):
         """How many elements of a bool array are true, as an I64 Scalar or tensor."""
         if axis is None and not keepdims:
             return Scalar._trusted(DType.I64, int(np.count_nonzero(mask)))
-        axes = tuple(range(mask.ndim)) if axis is None else normalize_axes(axis, mask.ndim, what)
+        axes = normalize_axes(axis, mask.ndim, what)
         counts = np.count_nonzero(mask, axis=axes, keepdims=bool(keepdims))
         return self._adopt(np.asarray(counts, dtype=np.int64), DType.I64)
 
@@ -109,9 +109,12 @@ class ReduceMethods(TensorInternals):
 
 
 def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
-    """An int or a tuple (or list) of axes as non-negative ints; IndexingError when one is
-    out of range or repeated (NumPy refuses a repeated axis too)."""
+    """An int or a tuple (or list) of axes as non-negative ints, None as every axis;
+    IndexingError when one is out of range or repeated (NumPy refuses a repeated axis too)."""
     from ._tensor import normalize_axis
+
+    if axis is None:
+        return tuple(range(ndim))
 
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
     axes = tuple(normalize_axis(item, ndim, what) for item in items)

@@ -15,6 +15,7 @@ Readers parse headers into byte offsets and then ask a storage for bytes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -83,10 +84,8 @@ class MappedStorage:
         """The tensor's inspection through a zero-copy view of the mapping."""
         from .._tensor import Tensor
 
-        numel = 1
-        for dim in dims:
-            numel *= dim
-        view = self.raw[begin : begin + numel * dtype.itemsize].view(dtype.numpy).reshape(dims)
+        nbytes = math.prod(dims) * dtype.itemsize
+        view = self.raw[begin : begin + nbytes].view(dtype.numpy).reshape(dims)
         return Tensor._wrap(view).inspect(options)
 
     def close(self) -> None:

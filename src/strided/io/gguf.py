@@ -400,8 +400,7 @@ class GGUFFile(TensorNames):
         return self._storage
 
     def _lookup(self, name: object) -> _TensorInfo:
-        if self._storage is None:
-            raise FormatError(f"{self._path}: the GGUF file is closed")
+        self._opened()
         found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
