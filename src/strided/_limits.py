@@ -103,3 +103,11 @@ def describe(value: object) -> str:
     except Exception:  # a hostile __repr__ must not replace our error with its own
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- what one open may build ---------------------------------------------------------
+
+# Opening a checkpoint may build at most BUDGET_BASE + BUDGET_FACTOR x the bytes of every
+# header, index, central directory and pickle it reads (io/_budget.ParseBudget).
+BUDGET_BASE = 64 << 20
+BUDGET_FACTOR = 16
