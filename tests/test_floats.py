@@ -252,11 +252,13 @@ def test_f16_fast_path_near_every_midpoint(bits: int, nudge: int) -> None:
 
 
 def test_double_rounding_cases() -> None:
-    # Just above a BF16 midpoint; float32 rounds it onto the midpoint, and ml_dtypes'
-    # float64 -> bfloat16 goes through float32, then breaks the tie downward.
+    # Just above a BF16 midpoint; rounding through float32 first would land on the
+    # midpoint and break the tie downward (to 1.0). strided rounds once, upward.
     x = 1 + 2**-8 + 2**-30
-    assert float(ml_dtypes.bfloat16(x)) == 1.0
+    assert float(np.float32(x)) == 1 + 2**-8  # the float32 step lands on the midpoint
     assert round_exact(D.BF16, x) == 1 + 2**-7
+    assert float(st.Scalar(D.BF16, x)) == 1 + 2**-7
+    assert st.Tensor.from_numpy(np.array([x])).convert(D.BF16).get([0]).value == 1 + 2**-7
     # An int just above an F32 midpoint; float() rounds it onto the midpoint first.
     n = 2**60 + 2**36 + 1
     assert float(np.float32(float(n))) == 2**60

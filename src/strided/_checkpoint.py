@@ -1,25 +1,16 @@
 """One door for every checkpoint file: ``open_checkpoint`` and the ``Checkpoint`` mapping.
 
-The format is recognized from the file's first bytes, never from its name:
-
-* ``GGUF`` magic: GGUF;  ``\\x93NUMPY``: ``.npy``;
-* a zip archive (``PK``): a PyTorch zip checkpoint when it holds ``<folder>/data.pkl``,
-  otherwise ``.npz``;
-* a pickle (``\\x80`` and a protocol number): a legacy PyTorch checkpoint;
-* ``{``: JSON, either a shard index (it has a ``weight_map``; safetensors or PyTorch by
-  its shards) or a strided tensor document;
-* an 8-byte little-endian length followed by ``{``: safetensors;
-* a folder: its ``*.safetensors`` shards.
-
-Each format's reader does the validation; this module only dispatches and gives every
-format the same read-only ``Mapping[str, Tensor]`` face.
+The format is recognized from the file's first bytes, never from its name, by the one
+ordered table of ``strided.io._detect`` (GGUF, safetensors framing, zip, ``.npy``,
+pickle, JSON; a folder of shards). Each format's reader does the validation and charges
+what it builds to the open's one parse budget; this module only gives every format the
+same read-only ``Mapping[str, Tensor]`` face.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
@@ -288,57 +279,21 @@ def open_checkpoint(
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """
-    from .io._common import label, open_regular
+    from .io._budget import ParseBudget
+    from .io._common import label
+    from .io._detect import open_detected
     from .io._http import is_url
 
     if is_url(path):
         assert isinstance(path, str)
         return _remote(path, token, timeout)
     where = label(path)
-    if os.path.isdir(where):
-        return _safetensors(where, copy, folder=True)
-    with open_regular(where) as file:
-        head = file.read(16)
-    kind = _sniff(head, where)
+    kind, reader = open_detected(where, copy, ParseBudget(where))
     if kind == "safetensors":
-        return _safetensors(where, copy)
+        return _from_safetensors(where, reader)
     if kind == "gguf":
-        return _gguf(where, copy)
-    if kind == "npy":
-        return _single(where, "npy", _npy(where, copy))
-    if kind == "zip":
-        return _npz(where, copy) if _zip_kind(where) == "npz" else _pytorch(where, copy)
-    if kind == "pickle":
-        return _pytorch(where, copy)
-    return _json(where, copy)
-
-
-def _sniff(head: bytes, where: str) -> str:
-    if head.startswith(b"GGUF"):
-        return "gguf"
-    if head.startswith(b"\x93NUMPY"):
-        return "npy"
-    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
-        return "zip"
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return "pickle"  # a pickle's PROTO opcode: a legacy torch.save file
-    if head.lstrip(b" \t\r\n").startswith(b"{"):
-        return "json"
-    if len(head) >= 9 and head[8:9] == b"{":
-        return "safetensors"
-    raise FormatError(
-        f"{where}: not a checkpoint strided recognizes (first bytes {head[:8]!r}); "
-        "expected safetensors, GGUF, .npy, .npz, a PyTorch checkpoint or strided JSON"
-    )
-
-
-def _safetensors(where: str, copy: bool, folder: bool = False) -> Checkpoint:
-    from .io.safetensors import SafetensorsFile, _Shard, open_safetensors
-
-    reader = (
-        open_safetensors(where, copy) if folder else SafetensorsFile(where, [_Shard(where)], copy)
-    )
-    return _from_safetensors(where, reader)
+        return _from_gguf(where, reader)
+    return _from_reader(where, kind, reader)
 
 
 def _from_safetensors(where: str, reader: Any) -> Checkpoint:
@@ -354,23 +309,19 @@ def _from_safetensors(where: str, reader: Any) -> Checkpoint:
 
 
 def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
+    from .io._detect import HEAD_BYTES, detect
     from .io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 
     storage = open_remote(url, token, timeout)
     try:
-        kind = sniffed(storage, _sniff(storage.read(0, min(storage.size, 16)), url))
+        head = storage.read(0, min(storage.size, HEAD_BYTES))
+        kind = sniffed(storage, detect(head, storage.size, url).name)
         if kind == "gguf":
             return _from_gguf(url, remote_gguf(storage))
         return _from_safetensors(url, remote_safetensors(storage, kind == "index"))
     except BaseException:
         storage.close()
         raise
-
-
-def _gguf(where: str, copy: bool) -> Checkpoint:
-    from .io import open_gguf
-
-    return _from_gguf(where, open_gguf(where, copy=copy))
 
 
 def _from_gguf(where: str, handle: Any) -> Checkpoint:
@@ -411,100 +362,6 @@ class _GGUFReader:
 
     def close(self) -> None:
         self.handle.close()
-
-
-class _SingleReader:
-    """One tensor already in hand (``.npy``, strided JSON)."""
-
-    __slots__ = ("name", "tensor")
-
-    def __init__(self, name: str, tensor: Tensor) -> None:
-        self.name = name
-        self.tensor = tensor
-
-    def keys(self) -> list[str]:
-        return [self.name]
-
-    def get(self, name: str) -> Tensor:
-        return self.tensor
-
-    def close(self) -> None:
-        pass
-
-
-def _single(where: str, kind: str, tensor: Tensor) -> Checkpoint:
-    name = Path(where).stem
-    info = TensorInfo(name, tensor.dtype.name, tensor.shape, tensor.byte_len)
-    return Checkpoint(where, kind, _SingleReader(name, tensor), {name: info}, {})
-
-
-def _npy(where: str, copy: bool) -> Tensor:
-    from .io import load_npy
-
-    return load_npy(where, copy=copy)
-
-
-def _json(where: str, copy: bool) -> Checkpoint:
-    from .io._common import open_regular
-
-    with open_regular(where) as file:
-        data = file.read()
-    # A tensor document's entries are scalar texts: it can never hold this key.
-    if b'"weight_map"' not in data:
-        return _single(where, "json", Tensor.from_json(data))
-    del data
-    if _first_shard_kind(where) == "pytorch":
-        return _pytorch(where, copy)
-    from .io.safetensors import SafetensorsFile, _index_shards
-
-    return _from_safetensors(where, SafetensorsFile(where, _index_shards(where), copy))
-
-
-def _first_shard_kind(index: str) -> str:
-    """``"pytorch"`` when the index's first shard is a PyTorch file, else ``"safetensors"``.
-
-    The shard's first bytes decide, as for any checkpoint; the index reader then
-    validates the whole index and every shard.
-    """
-    from ._strict_json import loads_strict
-    from .io._common import open_regular
-
-    with open_regular(index) as file:
-        parsed = loads_strict(file.read(), index, 16)
-    shards = parsed.get("weight_map") if type(parsed) is dict else None
-    first = next(iter(shards.values()), None) if type(shards) is dict else None
-    if type(first) is not str or os.path.basename(first) != first or first in ("", ".", ".."):
-        return "safetensors"  # its reader names the problem
-    try:
-        with open_regular(os.path.join(os.path.dirname(index), first)) as file:
-            head = file.read(16)
-    except OSError:
-        return "safetensors"
-    return "pytorch" if head.startswith(b"PK") or head[:1] == b"\x80" else "safetensors"
-
-
-def _zip_kind(where: str) -> str:
-    """``"pytorch"`` for a zip holding ``<folder>/data.pkl`` (torch.save), else ``"npz"``."""
-    from .io._common import file_size, map_file, open_regular
-    from .io._zip import DEFLATED, STORED, read_zip
-
-    with open_regular(where) as file:
-        raw = map_file(file, file_size(file), where)
-    members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
-    is_torch = any(name == "data.pkl" or name.endswith("/data.pkl") for name in members)
-    return "pytorch" if is_torch else "npz"
-
-
-def _npz(where: str, copy: bool) -> Checkpoint:
-    from .io.npz import open_npz
-
-    return _from_reader(where, "npz", open_npz(where, copy))
-
-
-def _pytorch(where: str, copy: bool) -> Checkpoint:
-    from .io.pytorch import open_pytorch
-
-    return _from_reader(where, "pytorch", open_pytorch(where, copy))
 
 
 def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
