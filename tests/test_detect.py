@@ -192,3 +192,19 @@ def test_unrecognized_file_names_what_was_tried(tmp_path: Path) -> None:
     path.write_bytes(b"hello world, not a checkpoint")
     with pytest.raises(st.FormatError, match="tried gguf"):
         st.open_checkpoint(path)
+
+
+@pytest.mark.parametrize("length", [0x0280, 123 + 256, 0x7B20])
+def test_tricky_header_lengths_over_http(tmp_path: Path, length: int) -> None:
+    pytest.importorskip("httpx")
+    from tests.httpserver import FileServer
+
+    crafted(tmp_path / "model.safetensors", length)
+    server = FileServer(tmp_path)
+    try:
+        with st.open_checkpoint(server.url("model.safetensors")) as ckpt:
+            assert ckpt.format == "safetensors"
+            for name, array in tensors().items():
+                np.testing.assert_array_equal(ckpt[name].numpy(), array)
+    finally:
+        server.close()
