@@ -293,14 +293,16 @@ def test_whole_file_commands_stream_bounded_pieces(
         ).read_bytes()
 
 
-def test_close_closes_the_one_client(server: FileServer) -> None:
+def test_close_closes_every_client(server: FileServer) -> None:
     ckpt = st.open_checkpoint(server.url(LOCAL["sharded"]), timeout=5)
     storages = {id(shard.storage.connection) for shard in ckpt._reader._shards}  # type: ignore[union-attr]
-    assert len(storages) == 1  # one client for the index and every shard
+    assert len(storages) == 1  # one connection for the index and every shard
     connection = ckpt._reader._shards[0].storage.connection  # type: ignore[union-attr]
-    client = connection._client
+    ckpt["model.vocab_ids"]  # a request from this thread, after the shard threads'
+    clients = list(connection._clients)  # one per thread that made a request
+    assert clients and not any(client.is_closed for client in clients)
     ckpt.close()
-    assert client.is_closed and connection._client is None
+    assert all(client.is_closed for client in clients) and connection._clients == []
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, "5", (1.0,), (1.0, 2.0, 3.0), True])
