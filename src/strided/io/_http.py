@@ -173,11 +173,12 @@ class Connection:
 
     ``timeout`` is seconds for both connecting and each read, or a ``(connect, read)``
     pair; the read figure is also the limit ``_Pace`` puts on a whole request. The token
-    (see ``_credentials``) is bound at creation to one origin. Each thread gets its own
-    client (so a late request can be cut off without touching another thread's), all of
-    them closed by ``close``; after a ``fork`` the child makes its own (sockets are never
-    shared between processes). FormatError naming ``url`` for a bad ``timeout`` or a URL
-    that does not parse.
+    (see ``_credentials``) is bound at creation to one origin. Each request holds an
+    HTTP client of its own while it runs (so a late one can be cut off without touching
+    another thread's request); idle clients are reused, so there are as many as
+    requests ever ran at once, all closed by ``close``. After a ``fork`` the child makes
+    its own (sockets are never shared between processes). FormatError naming ``url``
+    for a bad ``timeout`` or a URL that does not parse.
     """
 
     def __init__(
@@ -189,24 +190,22 @@ class Connection:
         self._credentials = _credentials(url, token)
         self._timeout = self._httpx.Timeout(read, connect=connect)
         self._limit = read
-        self._ssl: Any = None  # one TLS context for every thread's client
-        self._local = threading.local()
-        self._clients: list[Any] = []  # every client made in this process, for ``close``
+        self._ssl: Any = None  # one TLS context for every client
+        self._clients: list[Any] = []  # every open client made in this process
+        self._idle: list[Any] = []  # those no request holds
         self._pid = os.getpid()
         self._lock = threading.Lock()  # shards may be opened from several threads
         self.received = 0  # body bytes read (approximate when threads share the connection)
 
-    def _open_client(self) -> Any:
-        """The calling thread's client, made when it has none (or only a closed one)."""
-        pid = os.getpid()
-        held = getattr(self._local, "held", None)
-        if held is not None and held[0] == pid and not held[1].is_closed:
-            return held[1]
+    def _lease(self) -> Any:
+        """A client for one request: an idle one, or a new one (give it back: ``_release``)."""
         with self._lock:
-            if self._pid != pid:
+            if self._pid != os.getpid():
                 # Inherited clients are dropped, not closed: their sockets are the parent's.
-                self._clients = []
-                self._pid = pid
+                self._clients, self._idle = [], []
+                self._pid = os.getpid()
+            if self._idle:
+                return self._idle.pop()
             if self._ssl is None:
                 self._ssl = self._httpx.create_ssl_context()
             # The environment's proxy settings apply (httpx reads no .netrc).
@@ -214,13 +213,22 @@ class Connection:
                 timeout=self._timeout, follow_redirects=False, verify=self._ssl
             )
             self._clients.append(client)
-        self._local.held = (pid, client)
-        return client
+            return client
+
+    def _release(self, client: Any) -> None:
+        """Take back a leased client: idle again, or forgotten once closed (by ``close``
+        or by a late request's timer)."""
+        with self._lock:
+            if any(client is mine for mine in self._clients):
+                if client.is_closed:
+                    self._clients = [mine for mine in self._clients if mine is not client]
+                else:
+                    self._idle.append(client)
 
     def close(self) -> None:
         """Close every client (closing twice is fine; a later read opens a new one)."""
         with self._lock:
-            clients, self._clients = self._clients, []
+            clients, self._clients, self._idle = self._clients, [], []
             mine = self._pid == os.getpid()
         for client in clients if mine else ():
             client.close()
@@ -248,26 +256,28 @@ class Connection:
         attempt = 0
         while True:
             pace = bounded or _Pace(self._limit, streamed=True)
+            client = self._lease()
             try:
-                return self._attempt(url, begin, end, size, pace)
+                return self._attempt(client, url, begin, end, size, pace)
             except _Retry as retry:
-                attempt += 1
-                text = f"{retry} (after {attempt} attempts)"
-                if attempt > RETRIES:
-                    raise OSError(errno.EIO, text, url) from None
-                delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
-                if bounded is not None and bounded.left() <= delay:
-                    raise TimeoutError(
-                        errno.ETIMEDOUT, f"timed out: {bounded.overdue()}; {text}", url
-                    ) from None
-                time.sleep(delay)
+                failure = retry
+            finally:
+                self._release(client)
+            attempt += 1
+            text = f"{failure} (after {attempt} attempt{'s' * (attempt > 1)})"
+            if attempt > RETRIES:
+                raise OSError(errno.EIO, text, url)
+            delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
+            if bounded is not None and bounded.left() <= delay:
+                raise TimeoutError(errno.ETIMEDOUT, f"timed out: {bounded.overdue()}; {text}", url)
+            time.sleep(delay)
 
     def _attempt(
-        self, url: str, begin: int, end: int, size: int | None, pace: _Pace
+        self, client: Any, url: str, begin: int, end: int, size: int | None, pace: _Pace
     ) -> tuple[int, bytes]:
         httpx = self._httpx
         try:
-            response = self._follow(url, begin, end, pace)
+            response = self._follow(client, url, begin, end, pace)
             try:
                 return self._body(url, response, begin, end, size, pace)
             finally:
@@ -285,7 +295,7 @@ class Connection:
         except httpx.InvalidURL as exc:
             raise FormatError(f"{url}: invalid URL ({exc})") from None
 
-    def _follow(self, url: str, begin: int, end: int, pace: _Pace) -> Any:
+    def _follow(self, client: Any, url: str, begin: int, end: int, pace: _Pace) -> Any:
         """The response to ``GET url`` for bytes ``[begin, end)``, redirects followed."""
         seen = {url}
         current = url
@@ -293,7 +303,6 @@ class Connection:
             headers = {"Range": f"bytes={begin}-{end - 1}", "Accept-Encoding": "identity"}
             if self._credentials is not None and origin(current) == self._credentials[0]:
                 headers["Authorization"] = f"Bearer {self._credentials[1]}"
-            client = self._open_client()
             request = client.build_request("GET", current, headers=headers)
             response = _send(client, request, pace)
             if response.status_code not in _REDIRECTS:
@@ -368,7 +377,7 @@ class Connection:
                 )
             parts.append(piece)
             late = pace.late(len(piece))
-            if late is not None:
+            if late is not None and held < count:  # a complete answer is never late
                 raise _Late(late)
         return b"".join(parts)
 
