@@ -129,6 +129,18 @@ def test_a_streamed_tensor_below_the_minimum_rate_is_abandoned(server: FileServe
         assert len(server.requests) == 2  # the probe, then the first piece
 
 
+def test_the_minimum_rate_holds_across_the_pieces_of_a_stream(server: FileServer) -> None:
+    """40 KiB/s in 32 KiB pieces: each piece comes within the one-second limit, but no
+    second of the stream brings 64 KiB."""
+    server.behave.rate = 40 << 10
+    url = server.url("model.safetensors")
+    small_pieces = "from strided.io import _http\n_http.STREAM_CHUNK = 1 << 15\n"
+    found = in_child(url, small_pieces + "ckpt.digest()")
+    assert found["error"] == "TimeoutError" and found["filename"] == url
+    assert f"fewer than {_http.MIN_RATE} bytes in 1 s" in found["message"]
+    assert found["seconds"] < BOUND
+
+
 def test_dripping_headers_of_a_streamed_piece_are_abandoned(server: FileServer) -> None:
     server.behave.drip_headers = 0.3
     server.behave.drip_after = 1

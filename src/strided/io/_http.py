@@ -1,7 +1,8 @@
-"""HTTP range requests for remote checkpoints: one client, checked responses, bounded reads.
+"""HTTP range requests for remote checkpoints: reused clients, checked responses, bounded reads.
 
-A ``Connection`` holds one ``httpx.Client`` (connections reused across ranges) and
-reads byte ranges of files on one or more URLs. Every response is distrusted:
+A ``Connection`` reads byte ranges of files on one or more URLs, lending each request
+an ``httpx.Client`` of its own while it runs (idle clients, and their connections, are
+reused across ranges). Every response is distrusted:
 
 * a ``206`` must carry ``Content-Range: bytes B-E/TOTAL`` with exactly the range asked
   for and the file's known size, and a body of exactly that length (a longer body is
@@ -15,14 +16,14 @@ reads byte ranges of files on one or more URLs. Every response is distrusted:
 * ``Accept-Encoding: identity``, so lengths count bytes; connect and read timeouts;
   5xx answers and dropped connections are retried ``RETRIES`` times with exponential
   backoff; a refused connection or a failed name lookup fails at once;
-* time is bounded as a whole, not only per read (``_Pace``): a header or sample request
+* time is bounded as a whole, not only per read (``Pace``): a header or sample request
   fails once ``timeout`` seconds (the read timeout) have passed since it started, its
-  retries included; a streamed piece of a tensor fails when a ``timeout``-second window
-  brings fewer than ``MIN_RATE`` x ``timeout`` bytes. Both are checked after each read
-  of the body, so a request may end up to one read timeout late; a response whose
+  retries included; a stream of a tensor's bytes (its pieces, each a request) fails
+  when a ``timeout``-second window brings fewer than ``MIN_RATE`` x ``timeout`` bytes.
+  Both are checked after each read of a body, so a request may end up to one read
+  timeout late; a response whose
   status line and headers are not in by then is cut off by a timer that closes the
-  calling thread's client (each thread has its own, so no other request is touched).
-  Name resolution is not bounded;
+  client the request holds (no other request uses it). Name resolution is not bounded;
 * a URL that does not parse is a FormatError before anything is sent.
 
 Every failure is an OSError (network, HTTP status: ``FileNotFoundError`` for 404,
@@ -49,8 +50,10 @@ from .._errors import FormatError
 
 __all__ = [
     "MAX_REDIRECTS",
+    "MIN_RATE",
     "TOKENS_VARIABLE",
     "Connection",
+    "Pace",
     "is_url",
     "origin",
     "remember_token",
@@ -172,7 +175,7 @@ class Connection:
     """Range reads of files by URL through HTTP clients (one connection per checkpoint).
 
     ``timeout`` is seconds for both connecting and each read, or a ``(connect, read)``
-    pair; the read figure is also the limit ``_Pace`` puts on a whole request. The token
+    pair; the read figure is also the limit a ``Pace`` puts on a whole request. The token
     (see ``_credentials``) is bound at creation to one origin. Each request holds an
     HTTP client of its own while it runs (so a late one can be cut off without touching
     another thread's request); idle clients are reused, so there are as many as
@@ -235,45 +238,47 @@ class Connection:
 
     def probe(self, url: str, count: int) -> tuple[int, bytes]:
         """(file size, its first ``min(count, size)`` bytes), from one range request."""
-        return self._read(url, 0, count, None, streamed=False)
+        return self._read(url, 0, count, None, None)
 
-    def read(self, url: str, begin: int, end: int, size: int, streamed: bool = False) -> bytes:
-        """Bytes ``[begin, end)`` of the ``size``-byte file at ``url``.
+    def stream(self) -> Pace:
+        """The pace of one stream of requests (``read(..., stream=)``): held together
+        to a minimum rate rather than each to a deadline."""
+        return Pace(self._limit, streamed=True)
 
-        ``streamed`` for a piece of a tensor streamed whole: held to a minimum rate
-        rather than to an overall deadline (see ``_Pace``).
-        """
+    def read(self, url: str, begin: int, end: int, size: int, stream: Pace | None = None) -> bytes:
+        """Bytes ``[begin, end)`` of the ``size``-byte file at ``url``, by the deadline
+        of one request, or as the next piece of ``stream`` (see ``Pace``)."""
         if begin >= end:
             return b""
-        return self._read(url, begin, end, size, streamed)[1]
+        return self._read(url, begin, end, size, stream)[1]
 
     def _read(
-        self, url: str, begin: int, end: int, size: int | None, streamed: bool
+        self, url: str, begin: int, end: int, size: int | None, stream: Pace | None
     ) -> tuple[int, bytes]:
-        # A bounded request has one deadline over all its attempts; a streamed one is
-        # paced afresh by each attempt (the backoff is not the server's slowness).
-        bounded = None if streamed else _Pace(self._limit, streamed=False)
+        # The deadline of a bounded request runs over all its attempts and backoffs.
+        pace = stream or Pace(self._limit, streamed=False)
         attempt = 0
         while True:
-            pace = bounded or _Pace(self._limit, streamed=True)
             client = self._lease()
+            pace.resume()
             try:
                 return self._attempt(client, url, begin, end, size, pace)
             except _Retry as retry:
                 failure = retry
             finally:
+                pace.pause()
                 self._release(client)
             attempt += 1
             text = f"{failure} (after {attempt} attempt{'s' * (attempt > 1)})"
             if attempt > RETRIES:
                 raise OSError(errno.EIO, text, url)
             delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
-            if bounded is not None and bounded.left() <= delay:
-                raise TimeoutError(errno.ETIMEDOUT, f"timed out: {bounded.overdue()}; {text}", url)
+            if not pace.streamed and pace.left() <= delay:
+                raise TimeoutError(errno.ETIMEDOUT, f"timed out: {pace.overdue()}; {text}", url)
             time.sleep(delay)
 
     def _attempt(
-        self, client: Any, url: str, begin: int, end: int, size: int | None, pace: _Pace
+        self, client: Any, url: str, begin: int, end: int, size: int | None, pace: Pace
     ) -> tuple[int, bytes]:
         httpx = self._httpx
         try:
@@ -295,7 +300,7 @@ class Connection:
         except httpx.InvalidURL as exc:
             raise FormatError(f"{url}: invalid URL ({exc})") from None
 
-    def _follow(self, client: Any, url: str, begin: int, end: int, pace: _Pace) -> Any:
+    def _follow(self, client: Any, url: str, begin: int, end: int, pace: Pace) -> Any:
         """The response to ``GET url`` for bytes ``[begin, end)``, redirects followed."""
         seen = {url}
         current = url
@@ -323,7 +328,7 @@ class Connection:
         raise FormatError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
     def _body(
-        self, url: str, response: Any, begin: int, end: int, size: int | None, pace: _Pace
+        self, url: str, response: Any, begin: int, end: int, size: int | None, pace: Pace
     ) -> tuple[int, bytes]:
         status = response.status_code
         if status == 206:
@@ -350,7 +355,7 @@ class Connection:
             raise _Retry(f"HTTP {status}")
         raise _status_error(url, status, response.reason_phrase)
 
-    def _exactly(self, url: str, response: Any, count: int, pace: _Pace) -> bytes:
+    def _exactly(self, url: str, response: Any, count: int, pace: Pace) -> bytes:
         declared = response.headers.get("content-length")
         if declared is not None and declared.strip() != str(count):
             raise FormatError(
@@ -362,7 +367,7 @@ class Connection:
             raise _Retry(f"the response ended after {len(data)} of {count} bytes")
         return data
 
-    def _upto(self, url: str, response: Any, count: int, pace: _Pace, why: str = "") -> bytes:
+    def _upto(self, url: str, response: Any, count: int, pace: Pace, why: str = "") -> bytes:
         """The body, read only until it exceeds ``count`` bytes (then FormatError) or
         ``pace`` finds it late (then ``_Late``)."""
         parts = []
@@ -382,45 +387,59 @@ class Connection:
         return b"".join(parts)
 
 
-class _Pace:
-    """The time one request may take, checked after each read of its body.
+class Pace:
+    """The time a request, or a stream of them, may take; checked after each read.
 
     A bounded request (a header or sampled elements) is late once ``limit`` seconds
-    have passed since it started. A streamed one (a piece of a tensor read whole) is
-    late when the last ``limit`` seconds brought fewer than ``MIN_RATE * limit`` bytes;
-    it has no overall deadline. Both are late when the response headers are not in
-    ``limit`` seconds after the start (``left``). The window is measured from marks
-    taken at most every ``limit / 8`` seconds, so it may stretch to ``9/8 * limit``.
+    have passed since it started. A stream (the pieces of a tensor read whole, each
+    its own request) is late when the last ``limit`` seconds brought fewer than
+    ``MIN_RATE * limit`` bytes; it has no overall deadline, and its clock runs only
+    while a request is under way (the caller's time between pieces, and the backoff
+    before a retry, are not the server's). Either is late when a response's headers are
+    not in ``limit`` seconds after its request began (``left``). The window is measured
+    from marks taken at most every ``limit / 8`` seconds, so it may stretch to
+    ``9/8 * limit``.
     """
 
-    __slots__ = ("_marks", "limit", "received", "start", "streamed")
+    __slots__ = ("_marks", "_since", "_spent", "limit", "received", "streamed")
 
     def __init__(self, limit: float, streamed: bool) -> None:
         self.limit = limit
         self.streamed = streamed
-        self.start = time.monotonic()
         self.received = 0
-        self._marks = deque([(self.start, 0)])  # (time, bytes received by then)
+        self._spent = 0.0  # seconds of earlier requests (a stream's clock)
+        self._since = time.monotonic()  # when the clock last started
+        self._marks = deque([(0.0, 0)])  # (clock, bytes received by then)
+
+    def resume(self) -> None:
+        """A request begins: a stream's clock runs again."""
+        if self.streamed:
+            self._since = time.monotonic()
+
+    def pause(self) -> None:
+        """A request ended: a stream's clock stops."""
+        if self.streamed:
+            self._spent += time.monotonic() - self._since
 
     def left(self) -> float:
-        """Seconds until the response headers are late (and a bounded request is)."""
-        return self.start + self.limit - time.monotonic()
+        """Seconds until the current request's response headers are late."""
+        return self._since + self.limit - time.monotonic()
 
     def overdue(self) -> str:
-        """Why a request whose headers did not come in time is late."""
+        """Why a request whose answer did not come in time is late."""
         return f"no complete answer within {self.limit:g} s"
 
     def late(self, count: int) -> str | None:
         """After ``count`` more body bytes: why the request is late, or None."""
-        now = time.monotonic()
         self.received += count
+        now = self._spent + time.monotonic() - self._since
         if not self.streamed:
-            return self.overdue() if now - self.start > self.limit else None
+            return self.overdue() if now > self.limit else None
         marks = self._marks
         if now - marks[-1][0] >= self.limit / 8:
             marks.append((now, self.received))
         horizon = now - self.limit
-        if horizon < self.start:
+        if horizon < 0:
             return None
         while len(marks) > 1 and marks[1][0] <= horizon:
             marks.popleft()
@@ -431,14 +450,14 @@ class _Pace:
 
 
 class _Late(Exception):
-    """A request past its ``_Pace`` (a TimeoutError naming the URL)."""
+    """A request past its ``Pace`` (a TimeoutError naming the URL)."""
 
 
-def _send(client: Any, request: Any, pace: _Pace) -> Any:
+def _send(client: Any, request: Any, pace: Pace) -> Any:
     """``client.send(request)`` for a streamed response, its headers due by ``pace``.
 
     httpx's timeouts are per read, so a server dripping its status line and headers
-    would hold the call for hours; a timer closes the (calling thread's own) client
+    would hold the call for hours; a timer closes the client (this request's alone)
     when they are late, which ends the read within one read timeout.
     """
     left = pace.left()
