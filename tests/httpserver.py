@@ -4,7 +4,10 @@
 background thread. It answers ``Range: bytes=A-B`` with 206 and ``Content-Range``,
 counts requests and body bytes sent, records every request's path and headers, and
 can misbehave on demand (``behave``): ignore Range, send more bytes than asked, state
-a wrong ``Content-Range``, redirect, stall the body, fail with 503 a few times.
+a wrong ``Content-Range``, redirect, stall the body, fail with 503 a few times, drop
+connections, drip the headers or the body a byte at a time, or send at a fixed rate. It
+also serves as an HTTP proxy: a request for an absolute URL is answered with the file
+its path names.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 _PIECE = 1 << 16
@@ -32,7 +36,12 @@ class Behaviour:
     unsatisfiable: bool = False  # answer 416 to every range, stating the true size
     stall: float = 0.0  # send the headers, then wait this long before the body
     failures: int = 0  # answer 503 to this many requests first
+    drops: int = 0  # close the connection without an answer for this many requests first
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location
+    drip: float = 0.0  # send the body one byte every this many seconds
+    drip_headers: float = 0.0  # send the status line and (padded) headers likewise
+    drip_after: int = 0  # drip only from this request on (counting from 0)
+    rate: int = 0  # send bodies at this many bytes a second
 
 
 class FileServer:
@@ -83,6 +92,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     owner: FileServer
+    slow = False  # whether this request drips (set per request)
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
 
@@ -95,16 +105,21 @@ class _Handler(BaseHTTPRequestHandler):
         with owner.lock:
             owner.requests.append((self.path, dict(self.headers.items())))
             owner.ports.add(self.client_address[1])
-            failing = behave.failures > 0
-            if failing:
-                behave.failures -= 1
+            self.slow = len(owner.requests) > behave.drip_after
+            dropping = behave.drops > 0
+            failing = not dropping and behave.failures > 0
+            behave.drops -= dropping
+            behave.failures -= failing
+        if dropping:
+            self.close_connection = True  # hang up without a word
+            return
         if failing:
             self._empty(503)
             return
         if self.path in behave.redirects:
             self._empty(302, {"Location": behave.redirects[self.path]})
             return
-        target = owner.folder / self.path.lstrip("/").split("?")[0]
+        target = owner.folder / urlsplit(self.path).path.lstrip("/")
         if not target.is_file():
             self._empty(404)
             return
@@ -137,25 +152,48 @@ class _Handler(BaseHTTPRequestHandler):
         self, status: int, target: Path, begin: int, end: int, headers: dict[str, str]
     ) -> None:
         """Send bytes ``[begin, end)`` of ``target`` (plus any extra bytes), a piece at a time."""
+        behave = self.owner.behave
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
-        self.end_headers()
-        if self.owner.behave.stall:
-            self.wfile.flush()
-            time.sleep(self.owner.behave.stall)
+        if behave.drip_headers and self.slow:
+            self.send_header("X-Padding", "p" * 4000)  # a long wait, dripped
         try:
+            self.end_headers()
+            if behave.stall:
+                self.wfile.flush()
+                time.sleep(behave.stall)
+            if behave.drip and self.slow:
+                piece, wait = 1, behave.drip
+            elif behave.rate:
+                piece, wait = max(behave.rate // 16, 1), 1 / 16
+            else:
+                piece, wait = _PIECE, 0.0
             with target.open("rb") as file:
                 file.seek(begin)
-                for start in range(begin, end, _PIECE):
-                    self._write(file.read(min(_PIECE, end - start)))
-            if self.owner.behave.extra_bytes:
-                self._write(b"\0" * self.owner.behave.extra_bytes)
+                for start in range(begin, end, piece):
+                    self._write(file.read(min(piece, end - start)))
+                    if wait:
+                        time.sleep(wait)
+            if behave.extra_bytes:
+                self._write(b"\0" * behave.extra_bytes)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             return
         if "Content-Length" not in headers:
             self.close_connection = True
+
+    def flush_headers(self) -> None:
+        # The status line and headers: at once, or a byte at a time when asked to drip.
+        head = b"".join(getattr(self, "_headers_buffer", []))
+        self._headers_buffer = []
+        pause = self.owner.behave.drip_headers if self.slow else 0.0
+        if not pause:
+            self.wfile.write(head)
+            return
+        for at in range(len(head)):
+            self.wfile.write(head[at : at + 1])
+            time.sleep(pause)
 
     def _write(self, piece: bytes) -> None:
         # Counted first: the client may have the bytes before ``write`` returns here.

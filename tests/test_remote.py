@@ -293,14 +293,32 @@ def test_whole_file_commands_stream_bounded_pieces(
         ).read_bytes()
 
 
-def test_close_closes_the_one_client(server: FileServer) -> None:
+def test_close_closes_every_client(server: FileServer) -> None:
     ckpt = st.open_checkpoint(server.url(LOCAL["sharded"]), timeout=5)
     storages = {id(shard.storage.connection) for shard in ckpt._reader._shards}  # type: ignore[union-attr]
-    assert len(storages) == 1  # one client for the index and every shard
+    assert len(storages) == 1  # one connection for the index and every shard
     connection = ckpt._reader._shards[0].storage.connection  # type: ignore[union-attr]
-    client = connection._client
+    ckpt["model.vocab_ids"]  # a request from this thread, after the shard threads'
+    clients = list(connection._clients)  # as many as requests ran at once
+    assert clients and not any(client.is_closed for client in clients)
     ckpt.close()
-    assert client.is_closed and connection._client is None
+    assert all(client.is_closed for client in clients) and connection._clients == []
+
+
+def test_requests_from_many_threads_in_turn_share_one_connection(server: FileServer) -> None:
+    """Each request holds a client of its own only while it runs: twenty threads
+    reading in turn reuse one client and one connection (none is left per thread)."""
+    import threading
+
+    with st.open_checkpoint(server.url(LOCAL["tiny"]), timeout=5) as ckpt:
+        server.reset()
+        for _ in range(20):
+            thread = threading.Thread(target=ckpt.__getitem__, args=("model.vocab_ids",))
+            thread.start()
+            thread.join()
+        connection = ckpt._reader._shards[0].storage.connection  # type: ignore[union-attr]
+        assert len(connection._clients) == 1
+    assert len(server.requests) == 20 and len(server.ports) == 1
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, "5", (1.0,), (1.0, 2.0, 3.0), True])
@@ -347,11 +365,13 @@ def test_a_forked_process_never_uses_the_parents_client(
     import os
 
     connection = _http.Connection(server.url("tiny.safetensors"), timeout=5)
-    parents = connection._open_client()
+    parents = connection._lease()
+    connection._release(parents)  # idle: the next request in this process takes it
     real = os.getpid()
     monkeypatch.setattr(os, "getpid", lambda: real + 1)  # as in a forked child
-    childs = connection._open_client()
+    childs = connection._lease()
     assert childs is not parents
+    connection._release(childs)
     connection.probe(server.url("tiny.safetensors"), 16)
     connection.close()
     assert childs.is_closed and not parents.is_closed  # the parent's sockets untouched

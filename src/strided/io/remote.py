@@ -9,6 +9,8 @@ against the caps and the file size first. Tensors are then read by range:
 ``span`` fetches exactly a tensor's bytes, ``units`` only the sampled elements or
 blocks (nearby ones coalesced into one request), ``chunks`` streams a range in
 bounded pieces. Tensors of a remote file are copies in memory, as with ``copy=True``.
+Header and sample requests have an overall deadline; the pieces ``span`` and ``chunks``
+stream are held together to a minimum rate instead (``_http.Pace``).
 """
 
 from __future__ import annotations
@@ -61,14 +63,19 @@ class RemoteStorage:
         """The file's size in bytes (from the first response)."""
         return self._size
 
-    def read(self, begin: int, end: int) -> bytes:
-        """Bytes ``[begin, end)`` (within the file): the kept first bytes, then requests."""
+    def read(self, begin: int, end: int, stream: _http.Pace | None = None) -> bytes:
+        """Bytes ``[begin, end)`` (within the file): the kept first bytes, then requests.
+
+        A request has an overall deadline, or is the next piece of ``stream``
+        (``_http.Connection.read``).
+        """
         held = len(self._head)
         if end <= held:
             return self._head[begin:end]
+        fetch = self.connection.read
         if begin < held:
-            return self._head[begin:] + self.connection.read(self.url, held, end, self._size)
-        return self.connection.read(self.url, begin, end, self._size)
+            return self._head[begin:] + fetch(self.url, held, end, self._size, stream)
+        return fetch(self.url, begin, end, self._size, stream)
 
     def span(self, begin: int, end: int) -> np.ndarray[Any, Any]:
         """Bytes ``[begin, end)`` fetched into one new read-only buffer of that size."""
@@ -91,10 +98,15 @@ class RemoteStorage:
 
     def chunks(self, begin: int, end: int) -> Iterator[np.ndarray[Any, Any]]:
         """Bytes ``[begin, end)`` in pieces of at most ``STREAM_CHUNK`` bytes, each its own
-        range request (at most one piece is held; a dropped connection costs one piece)."""
+        range request (at most one piece is held; a dropped connection costs one piece).
+
+        The pieces are one stream: a slow server is abandoned when it falls below
+        ``_http.MIN_RATE``, however long the whole range takes."""
         step = _http.STREAM_CHUNK
+        stream = self.connection.stream()
         for start in range(begin, end, step):
-            yield np.frombuffer(self.read(start, min(start + step, end)), dtype=np.uint8)
+            piece = self.read(start, min(start + step, end), stream)
+            yield np.frombuffer(piece, dtype=np.uint8)
 
     def inspect(
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
