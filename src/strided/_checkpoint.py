@@ -274,8 +274,12 @@ def open_checkpoint(
     sent as a bearer token only to the URL's origin (scheme, host, port), never across
     a redirect to another; without it, ``HF_TOKEN`` is sent only to the Hugging Face
     endpoint (``https://huggingface.co`` or ``HF_ENDPOINT``). ``timeout`` is seconds
-    for connecting and for each read, or a ``(connect, read)`` pair (``token`` and
-    ``timeout`` are ignored for a local path, so one call serves both). Network and HTTP
+    for connecting and for each read, or a ``(connect, read)`` pair; a header or sample
+    request also fails once ``timeout`` (the read figure) seconds have passed since it
+    started, and a tensor streamed whole is abandoned when any ``timeout``-second window
+    brings less than 64 KiB per second (``token`` and ``timeout`` are ignored for a
+    local path, so one call serves both). A refused connection or a failed name lookup
+    fails at once; a URL that does not parse is a FormatError. Network and HTTP
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """
