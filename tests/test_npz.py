@@ -410,6 +410,8 @@ HOSTILE: list[tuple[str, bytes, type[Exception], str]] = [
     ("member not .npy", build([Entry("a.txt", F32)]), st.FormatError, "must be named NAME.npy"),
     ("descr NumPy never writes", build([Entry("a.npy", header_with("hello", False, (2,)))]),
      st.DTypeError, "dtype 'hello' is not supported"),
+    ("a unit on a float", build([Entry("a.npy", header_with("<f8[ns]", False, (2,)))]),
+     st.DTypeError, "dtype '<f8[ns]' is not supported"),
     ("fields that are not fields", build([Entry("a.npy", header_with([1, 2], False, (2,)))]),
      st.DTypeError, "neither a dtype nor a list of fields"),
     ("string array, bad fortran_order", build([Entry("a.npy", header_with("<U3", 1, (0,)))]),

@@ -42,7 +42,13 @@ import numpy as np
 
 from .._dtype import DType
 from .._errors import DTypeError, FormatError, IndexingError
-from .._inspect import TensorInspection, checked_options, inspection, sample_positions
+from .._inspect import (
+    TensorInspection,
+    TensorInspectionOptions,
+    checked_options,
+    inspection,
+    sample_positions,
+)
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
@@ -302,7 +308,8 @@ def _descr_reason(descr: object, where: str) -> tuple[str, int | None]:
             return "structured array: no strided dtype", None
         raise DTypeError(f"{where}: descr is neither a dtype nor a list of fields")
     found = _PLAIN_DESCR.fullmatch(descr) if type(descr) is str else None
-    if found is None or (found[3] is None and found[2] != "O"):
+    sized = found is not None and (found[3] is not None or found[2] == "O")
+    if found is None or not sized or (found[4] is not None and found[2] not in "mM"):
         raise DTypeError(f"{where}: dtype {str(descr)[:40]!r} is not supported")
     kind = found[2]
     if kind == "O":
@@ -312,7 +319,7 @@ def _descr_reason(descr: object, where: str) -> tuple[str, int | None]:
 
 
 def _inspection(
-    raw: np.ndarray[Any, Any], entry: _Entry, options: Any, copy: bool
+    raw: np.ndarray[Any, Any], entry: _Entry, options: TensorInspectionOptions, copy: bool
 ) -> TensorInspection:
     """The inspection of ``get``'s tensor, from the bytes of the sampled elements only."""
     member, header = entry.member, entry.header
