@@ -6,7 +6,10 @@ typed errors with bounded memory; mutated archives raise only DataError subclass
 from __future__ import annotations
 
 import io
+import json
 import re
+import subprocess
+import sys
 import tempfile
 import tracemalloc
 import zipfile
@@ -219,11 +222,139 @@ def test_paths(tmp_path: Path) -> None:
     assert load_npz(bytes(path))["a"].tolist() == [0, 1]
 
 
-def test_dtypes_strided_lacks_are_dtype_errors(tmp_path: Path) -> None:
-    path = tmp_path / "c.npz"
-    np.savez(path, c=np.ones(2, dtype=np.complex64))
-    with pytest.raises(st.DTypeError, match="c8"):
-        open_npz(path)
+def sparse_style(save: Callable[..., None], path: Path, format_member: np.ndarray) -> None:
+    """The members ``scipy.sparse.save_npz`` writes for a CSR matrix (scipy not needed)."""
+    save(
+        path,
+        indices=np.array([0, 2, 1], dtype=np.int32),
+        indptr=np.array([0, 2, 2, 3], dtype=np.int32),
+        format=format_member,
+        shape=np.array([3, 4]),
+        data=np.array([1.5, -2.0, 3.25]),
+    )
+
+
+@pytest.mark.parametrize("kind", SAVERS)
+@pytest.mark.parametrize(
+    ("format_member", "reason"),
+    [
+        (np.array("csr"), "string array (<U3): no strided dtype"),
+        (np.array(b"csr"), "bytes array (|S3): no strided dtype"),
+    ],
+)
+def test_a_scipy_sparse_file_reads_all_but_its_format_string(
+    tmp_path: Path, kind: str, format_member: np.ndarray, reason: str
+) -> None:
+    path = tmp_path / "sparse.npz"
+    sparse_style(SAVERS[kind], path, format_member)
+    with open_npz(path) as opened:
+        assert opened.keys() == ["indices", "indptr", "shape", "data"]
+        assert opened.unreadable == {"format": reason}
+        opened.unreadable.clear()  # a fresh dict each time
+        assert opened.unreadable == {"format": reason}
+        with pytest.raises(st.IndexingError, match=re.escape(f"'format' is unreadable: {reason}")):
+            opened.get("format")
+        with pytest.raises(st.IndexingError):
+            opened.info("format")
+    assert opened.unreadable == {}  # closed
+    loaded = load_npz(path)
+    with np.load(path, allow_pickle=False) as expected:
+        assert str(expected["format"]) == "csr" or bytes(expected["format"]) == b"csr"
+        for name, tensor in loaded.items():
+            assert same_bits(tensor, expected[name]), name
+    with st.open_checkpoint(path) as ckpt:
+        assert list(ckpt) == ["indices", "indptr", "shape", "data"] and "format" not in ckpt
+        assert ckpt.unreadable == {"format": reason}
+        assert ckpt["data"].tolist() == [1.5, -2.0, 3.25]
+        assert ckpt.inspect("indptr").max == st.Scalar(st.DType.I32, 3)
+        with pytest.raises(KeyError):
+            ckpt["format"]
+    assert ckpt.unreadable == {}
+
+
+def structured() -> np.ndarray:
+    return np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8", (2,))])
+
+
+UNREADABLE: list[tuple[str, Callable[[], np.ndarray], str]] = [
+    ("object", lambda: np.array([{"a": 1}, None], dtype=object),
+     "object array (|O): pickled, never unpickled"),
+    ("structured", structured, "structured array: no strided dtype"),
+    ("complex", lambda: np.ones(2, dtype=np.complex64), "complex array (<c8): no strided dtype"),
+    ("datetime", lambda: np.array(["2020-01-02"], dtype="M8[D]"),
+     "datetime array (<M8[D]): no strided dtype"),
+    ("timedelta", lambda: np.array([5], dtype=">m8[ns]"),
+     "timedelta array (>m8[ns]): no strided dtype"),
+    ("void", lambda: np.zeros(2, dtype="V5"), "void array (|V5): no strided dtype"),
+    ("strings", lambda: np.asfortranarray(np.array([["ab", "c"], ["", "def"]])),
+     "string array (<U3): no strided dtype"),
+    ("longdouble", lambda: np.ones(2, dtype=np.longdouble),
+     f"float array ({np.dtype(np.longdouble).str}): no strided dtype"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", SAVERS)
+@pytest.mark.parametrize(
+    ("make", "reason"), [c[1:] for c in UNREADABLE], ids=[c[0] for c in UNREADABLE]
+)
+def test_members_of_dtypes_strided_lacks_are_listed_not_fatal(
+    tmp_path: Path, kind: str, make: Callable[[], np.ndarray], reason: str
+) -> None:
+    path = tmp_path / "mixed.npz"
+    SAVERS[kind](path, before=np.arange(3, dtype=np.int8), odd=make(), after=np.ones(2))
+    with open_npz(path) as opened:
+        assert opened.keys() == ["before", "after"]
+        assert opened.unreadable == {"odd": reason}
+        assert opened.get("after").tolist() == [1.0, 1.0]
+    assert list(load_npz(path)) == ["before", "after"]
+
+
+def unreadable_member(size: int) -> tuple[bytes, bytes]:
+    """(content, stream) of a deflated ``<U1`` member of ``size`` data bytes whose stream
+    holds only the first 12,000 bytes, then a corrupt block: reading its data fails."""
+    head = header_of(np.zeros(size // 4, dtype="<U1"))
+    content = head + bytes(size)
+    encoder = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    stream = encoder.compress(content[:12_000]) + encoder.flush(zlib.Z_FULL_FLUSH)
+    return content, stream + b"\x07" + bytes(7)  # a block of the reserved type 3
+
+
+def test_an_unreadable_members_data_is_never_inflated(tmp_path: Path) -> None:
+    content, stream = unreadable_member(1 << 20)
+    path = tmp_path / "lazy.npz"
+    path.write_bytes(
+        build([Entry("s.npy", content, method=8, data=stream), Entry("a.npy", F32, method=8)])
+    )
+    assert load_npz(path)["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert open_npz(path).unreadable == {"s": "string array (<U1): no strided dtype"}
+
+
+def test_inspect_lists_unreadable_members(tmp_path: Path) -> None:
+    path = tmp_path / "sparse.npz"
+    sparse_style(np.savez_compressed, path, np.array("csr"))
+    strided = [sys.executable, "-m", "strided", "inspect", str(path)]
+    table = subprocess.run(strided, capture_output=True, text=True, timeout=120, check=True)
+    assert "format  unreadable: string array (<U3): no strided dtype" in table.stdout
+    assert "indptr" in table.stdout and "4 tensors" in table.stdout
+    found = subprocess.run(
+        [*strided, "--json"], capture_output=True, text=True, timeout=120, check=True
+    )
+    document = json.loads(found.stdout)
+    assert document["unreadable"] == {"format": "string array (<U3): no strided dtype"}
+    assert [row["name"] for row in document["tensors"]] == ["indices", "indptr", "shape", "data"]
+    only = subprocess.run(
+        [*strided, "--json", "--name", "ind*"], capture_output=True, text=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    document = json.loads(only.stdout)
+    assert document["unreadable"] == {} and len(document["tensors"]) == 2
+
+
+def test_other_formats_have_no_unreadable_members(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    st.save_safetensors(path, {"a": st.tensor([1], st.DType.I8)})
+    with st.open_checkpoint(path) as ckpt:
+        assert ckpt.unreadable == {}
 
 
 # -- hostile archives ------------------------------------------------------------------------
@@ -243,9 +374,16 @@ def header_claiming(shape: tuple[int, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def object_array() -> bytes:
+def header_with(descr: object, fortran: object, shape: object) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, o=np.array([{"a": 1}, None], dtype=object))
+    header = {"descr": descr, "fortran_order": fortran, "shape": shape}
+    np.lib.format.write_array_header_1_0(buffer, header)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def object_array_member() -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     return buffer.getvalue()
 
 
@@ -270,7 +408,27 @@ def bomb_member(size_claim: int) -> bytes:
 
 HOSTILE: list[tuple[str, bytes, type[Exception], str]] = [
     ("member not .npy", build([Entry("a.txt", F32)]), st.FormatError, "must be named NAME.npy"),
-    ("object array", object_array(), st.DTypeError, "'|O'"),
+    ("descr NumPy never writes", build([Entry("a.npy", header_with("hello", False, (2,)))]),
+     st.DTypeError, "dtype 'hello' is not supported"),
+    ("a unit on a float", build([Entry("a.npy", header_with("<f8[ns]", False, (2,)))]),
+     st.DTypeError, "dtype '<f8[ns]' is not supported"),
+    ("fields that are not fields", build([Entry("a.npy", header_with([1, 2], False, (2,)))]),
+     st.DTypeError, "neither a dtype nor a list of fields"),
+    ("string array, bad fortran_order", build([Entry("a.npy", header_with("<U3", 1, (0,)))]),
+     st.FormatError, "fortran_order must be True or False"),
+    ("string array, shape not a tuple", build([Entry("a.npy", header_with("<U3", False, [0]))]),
+     st.FormatError, "shape must be a tuple"),
+    ("string array, negative dim", build([Entry("a.npy", header_with("<U3", False, (-1,)))]),
+     st.FormatError, "shape"),
+    ("string array, huge shape", build([Entry("a.npy", header_with("|S1", False, (2**40,)))]),
+     st.LimitError, "shape"),
+    ("string array shorter than its header",
+     build([Entry("a.npy", header_with("<U3", False, (5,)) + bytes(12), method=8)]),
+     st.FormatError, "needs 60 data bytes, the member holds 12"),
+    ("object array, corrupt stream in its header",
+     build([Entry("a.npy", object_array_member(), method=8,
+                  data=deflate_raw(object_array_member())[:20])]),
+     st.FormatError, "ends inside the .npy header"),
     ("encrypted member", build([Entry("a.npy", F32, flags=1)]), st.FormatError, "encrypted"),
     ("duplicate names", build([Entry("a.npy", F32), Entry("a.npy", F32)]), st.FormatError,
      "appears twice"),

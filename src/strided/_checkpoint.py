@@ -92,6 +92,13 @@ class Checkpoint(Mapping[str, Tensor]):
         return self._path
 
     @property
+    def unreadable(self) -> dict[str, str]:
+        """A fresh dict ``{name: reason}`` of the members the file holds but strided
+        cannot read (``.npz``: string, object, structured arrays); their names are not
+        keys. ``{}`` for formats without such members, and once closed."""
+        return dict(getattr(self._reader, "unreadable", {}))
+
+    @property
     def metadata(self) -> dict[str, Any]:
         """A fresh copy of the checkpoint's metadata (``{}`` when it has none).
 

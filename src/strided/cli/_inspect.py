@@ -46,6 +46,12 @@ def run_inspect(args: argparse.Namespace) -> int:
                 rows = _group(rows)
         metadata = checkpoint.display_metadata()
         kind = checkpoint.format
+        # Members the reader lists but cannot read (an .npz string array): name, reason.
+        unreadable = {
+            name: reason
+            for name, reason in checkpoint.unreadable.items()
+            if fnmatch.fnmatchcase(name, args.name)
+        }
     totals = {
         "tensors": sum(row["count"] for row in rows),
         "parameters": sum(row["numel"] for row in rows),
@@ -59,6 +65,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         "metadata": metadata,
         "tensors": rows,
         "totals": totals,
+        "unreadable": unreadable,
     }
     if args.json:
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
@@ -244,6 +251,8 @@ def _print_table(document: dict[str, Any]) -> None:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
+    for name, reason in document["unreadable"].items():
+        print(f"{safe(name)}  unreadable: {safe(reason)}")
     totals = document["totals"]
     print(
         f"{totals['tensors']} tensors, {totals['parameters']:,} parameters, "

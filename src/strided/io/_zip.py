@@ -21,7 +21,8 @@ been validated against the file:
 Local headers are not trusted for sizes or CRCs (``torch.save`` writes zeros there and
 a data descriptor after the data; ``np.savez`` writes zip64 placeholders). Deflated
 members are inflated into exactly the number of bytes the caller expects, in bounded
-chunks, and must end there and match the central directory's size and CRC.
+chunks, and must end there and match the central directory's size and CRC; or, for a
+few scattered bytes, only up to the last byte wanted (``inflate_gather``).
 
 Every problem is a FormatError (LimitError for a cap) whose message starts with the
 ``where`` label the caller passes. The ``zipfile`` module is never used for reading.
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "ZipMember",
     "inflate",
+    "inflate_gather",
     "inflate_head",
     "read_zip",
     "stored_bytes",
@@ -213,6 +215,44 @@ def inflate_head(raw: np.ndarray[Any, Any], member: ZipMember, limit: int, where
     if member.method != DEFLATED:
         raise FormatError(f"{where}: member is not deflated (method {member.method})")
     return b"".join(_Inflater(raw, member, where).pieces(limit))
+
+
+def inflate_gather(
+    raw: np.ndarray[Any, Any], member: ZipMember, offsets: np.ndarray[Any, Any], where: str
+) -> np.ndarray[Any, Any]:
+    """The bytes at ``offsets`` of a deflated member's content, in a new uint8 array.
+
+    ``offsets`` is a flat int64 array, increasing (repeats allowed), each below the
+    central directory's size (FormatError otherwise). The stream is inflated in bounded
+    chunks only up to the byte at the last offset, then abandoned: memory stays at one
+    chunk plus the result whatever the member's size, and the time is that of inflating
+    the prefix. Because the rest of the stream is never read, its CRC-32 cannot be
+    checked (``inflate`` checks it); a corrupt stream, or one that ends before the last
+    offset, is a FormatError.
+    """
+    if member.method != DEFLATED:
+        raise FormatError(f"{where}: member is not deflated (method {member.method})")
+    out = np.empty(offsets.size, dtype=np.uint8)
+    if not offsets.size:
+        return out
+    stop = int(offsets[-1]) + 1
+    if int(offsets[0]) < 0 or stop > member.size:
+        raise FormatError(f"{where}: byte {stop - 1} is past the member's {member.size} bytes")
+    done = 0
+    start = 0  # content offset of the current piece's first byte
+    for piece in _Inflater(raw, member, where).pieces(stop):
+        end = start + len(piece)
+        upto = done + int(np.searchsorted(offsets[done:], end))
+        if upto > done:
+            chunk = np.frombuffer(piece, dtype=np.uint8)
+            out[done:upto] = chunk[offsets[done:upto] - start]
+            done = upto
+        start = end
+    if done != offsets.size:
+        raise FormatError(
+            f"{where}: the deflate stream ends after {start} bytes, before byte {stop - 1}"
+        )
+    return out
 
 
 class _Inflater:
