@@ -152,7 +152,9 @@ def _vocabulary() -> Iterator[Row]:
         path = folder / "vocab.gguf"
         _write_vocabulary(path)
         hashing = {"strided hash": _command("hash", str(path))}
-        yield Row("strided inspect GGUF 262k vocab + scores", _command("inspect", str(path)), hashing)
+        yield Row(
+            "strided inspect GGUF 262k vocab + scores", _command("inspect", str(path)), hashing
+        )
         yield Row(
             "strided inspect --json GGUF 262k vocab + scores",
             _command("inspect", "--json", str(path)),

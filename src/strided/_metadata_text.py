@@ -116,10 +116,9 @@ def element_texts(items: list[Any] | tuple[Any, ...], floats: DType = DType.F64)
     first = type(items[0])
     if first is str and all(type(item) is str for item in items):
         return list(items)
-    if first is float and all(type(item) is float for item in items):
-        if floats is DType.F32 or floats is DType.F64:
-            array = np.asarray(items, dtype=floats.numpy)
-            return format_flat(array, floats).split(",")
+    wide = floats is DType.F32 or floats is DType.F64
+    if wide and first is float and all(type(item) is float for item in items):
+        return format_flat(np.asarray(items, dtype=floats.numpy), floats).split(",")
     if first is int and all(type(item) is int for item in items):
         return list(map(str, items))
     return [canonical(item, floats) for item in items]
