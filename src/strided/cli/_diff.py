@@ -202,7 +202,11 @@ def _verdict(
     for entry in metadata.values():
         keys[entry["status"]] += 1
     found = ", ".join(f"{count} {status}" for status, count in keys.items() if count)
-    parts.append(f"{count_of(len(metadata), 'metadata key')}: {found or 'none'}")
+    parts.append(
+        f"{count_of(len(metadata), 'metadata key')}: {found}"
+        if metadata
+        else "no metadata on either side"
+    )
     if same_tensors and same_metadata:
         verdict = "tensors and metadata match"
     elif same_metadata:

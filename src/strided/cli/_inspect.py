@@ -350,4 +350,3 @@ def _coverage(row: dict[str, Any]) -> str:
 
 def _text(value: object) -> str:
     return "-" if value is None else str(value)
-
