@@ -49,7 +49,7 @@ def run_diff(args: argparse.Namespace) -> int:
     same = same_tensors and same_metadata
     if args.json:
         document = {"tensors": entries, "metadata": metadata, "same": same}
-        print(json.dumps(_json_safe(document), indent=1, allow_nan=False, ensure_ascii=False))
+        print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
     else:
         _print_table(args, entries, metadata)
         print(_verdict(entries, metadata, same_tensors, same_metadata))
