@@ -111,16 +111,15 @@ def element_texts(items: list[Any] | tuple[Any, ...], floats: DType = DType.F64)
     A vocabulary of 262,144 F32 scores is formatted in one vectorized pass, not one
     Python call per element.
     """
-    if not items:
-        return []
-    first = type(items[0])
-    if first is str and all(type(item) is str for item in items):
-        return list(items)
-    wide = floats is DType.F32 or floats is DType.F64
-    if wide and first is float and all(type(item) is float for item in items):
-        return format_flat(np.asarray(items, dtype=floats.numpy), floats).split(",")
-    if first is int and all(type(item) is int for item in items):
-        return list(map(str, items))
+    kinds = set(map(type, items))  # one pass in C, not a Python loop per element
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind is str:
+            return list(items)
+        if kind is float and (floats is DType.F32 or floats is DType.F64):
+            return format_flat(np.asarray(items, dtype=floats.numpy), floats).split(",")
+        if kind is int:
+            return list(map(str, items))
     return [canonical(item, floats) for item in items]
 
 
