@@ -7,11 +7,18 @@ The NumPy reference computes the same statistics over the same 1024 gathered sam
 
 from __future__ import annotations
 
+import contextlib
+import io
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import gguf
 import numpy as np
 
 import strided as st
+from strided.cli import main
 
 from ._harness import Row
 
@@ -76,6 +83,7 @@ def rows() -> Iterator[Row]:
         )
 
     yield from _many_samples()
+    yield from _vocabulary()
 
 
 def _many_samples() -> Iterator[Row]:
@@ -105,3 +113,52 @@ def _many_samples() -> Iterator[Row]:
         lambda: tensor.inspect(options).samples,
         {"numpy same samples + tolist": lambda: array.flat[positions].tolist()},
     )
+
+
+_VOCABULARY = 262_144
+
+
+def _write_vocabulary(path: Path) -> None:
+    """A vocabulary-only GGUF as real tokenizers ship: tokens, F32 scores, token types."""
+    rng = np.random.default_rng(0)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([f"\u2581tok{i}" for i in range(_VOCABULARY)])
+    writer.add_token_scores(rng.standard_normal(_VOCABULARY).astype(np.float32).tolist())
+    writer.add_token_types([1] * _VOCABULARY)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _command(*args: str) -> Callable[[], object]:
+    def run() -> object:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return main(list(args))
+
+    return run
+
+
+def _vocabulary() -> Iterator[Row]:
+    """``strided inspect`` of a 262k-token GGUF against ``strided hash`` of the same file.
+
+    The metadata holds 262,144 tokens and 262,144 F32 scores; inspect shows 16 of each,
+    hash digests all of them (the metadata digest). Inspect should be no slower.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="strided-bench-vocab-"))
+    try:
+        path = folder / "vocab.gguf"
+        _write_vocabulary(path)
+        hashing = {"strided hash": _command("hash", str(path))}
+        yield Row(
+            "strided inspect GGUF 262k vocab + scores", _command("inspect", str(path)), hashing
+        )
+        yield Row(
+            "strided inspect --json GGUF 262k vocab + scores",
+            _command("inspect", "--json", str(path)),
+            hashing,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -56,7 +56,7 @@ def test_inspect_json_document(checkpoint: Path) -> None:
     rows = {row["name"]: row for row in document["tensors"]}
     assert document["metadata"] == {"format": "pt"}
     assert rows["model.layers.3.mlp.up_proj.weight"]["min"] == "3.0"
-    assert rows["model.layers.3.mlp.up_proj.weight"]["mean"] == 3.0
+    assert rows["model.layers.3.mlp.up_proj.weight"]["mean"] == "3.0"
     assert rows["model.norm.weight"]["nan"] == 1
     assert rows["ids"]["max"] == "4"
     assert rows["ids"]["dtype"] == "I64"
@@ -319,8 +319,9 @@ def test_job_commands_run_as_a_module(checkpoint: Path, tmp_path: Path) -> None:
     hashed = run("hash", str(checkpoint), module=True)
     assert hashed.returncode == 0, hashed.stderr
     lines = hashed.stdout.splitlines()
-    assert len(lines) == 9 and lines[-1].endswith(f"  {checkpoint}")
+    assert len(lines) == 10 and lines[-1].endswith("  *checkpoint*")
     assert lines[-1].split()[0] == st.open_checkpoint(checkpoint).digest()
+    assert lines[-2] == f"{st.open_checkpoint(checkpoint).metadata_digest()}  *metadata*"
     manifest = tmp_path / "manifest.txt"
     manifest.write_text(hashed.stdout)
     result = run("verify", str(checkpoint), "--manifest", str(manifest), "--jobs", "2")

@@ -108,10 +108,13 @@ def test_tricky_header_lengths_through_every_command(
     first = capsys.readouterr().out
     assert main(["hash", str(plain)]) == 0
     second = capsys.readouterr().out
-    # Every digest line (tensors, then the checkpoint's) matches a plain file's.
-    assert [line.split()[0] for line in first.splitlines()] == [
-        line.split()[0] for line in second.splitlines()
-    ]
+    # Every tensor digest and the checkpoint's match a plain file's (the padding
+    # metadata differs, so its line does too).
+    def digests(out: str) -> list[str]:
+        return [line.split()[0] for line in out.splitlines() if "*metadata*" not in line]
+
+    assert len(digests(first)) == 3
+    assert digests(first) == digests(second)
     out = tmp_path / "out.safetensors"
     assert main(["convert", str(path), str(out)]) == 0
     assert main(["diff", str(path), str(out)]) == 0

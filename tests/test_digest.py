@@ -230,11 +230,13 @@ def test_hash_command_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert out.splitlines() == [
         "\\" + digests[odd] + "  odd\\nname\\\\x",
         f"{digests['plain']}  plain",
-        f"{checkpoint_digest(digests)}  {path}",
+        f"{hashlib.sha256(b'').hexdigest()}  *metadata*",  # no metadata: no lines
+        f"{checkpoint_digest(digests)}  *checkpoint*",
     ]
     status, out = cli(capsys, "hash", str(path), "--json")
     assert json.loads(out) == {
         "digest": checkpoint_digest(digests),
+        "metadata_digest": hashlib.sha256(b"").hexdigest(),
         "tensors": {
             odd: {"dtype": "I64", "shape": [2], "digest": digests[odd]},
             "plain": {"dtype": "F32", "shape": [3], "digest": digests["plain"]},

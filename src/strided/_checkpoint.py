@@ -18,6 +18,7 @@ from ._dtype import DType
 from ._errors import DTypeError, FormatError
 from ._inspect import TensorInspection, TensorInspectionOptions
 from ._memory import guard_function, guard_methods
+from ._metadata_text import metadata_digest
 from ._shape import Shape
 from ._tensor import Tensor
 
@@ -59,8 +60,8 @@ class Checkpoint(Mapping[str, Tensor]):
     missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
-    ``info(name)``, ``inspect(name, options)``, ``digest()``; ``close()`` or ``with``
-    releases the reader (tensors already loaded stay valid).
+    ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``;
+    ``close()`` or ``with`` releases the reader (tensors already loaded stay valid).
     """
 
     __slots__ = ("_float32_keys", "_format", "_infos", "_metadata", "_path", "_reader")
@@ -156,6 +157,22 @@ class Checkpoint(Mapping[str, Tensor]):
         from ._digest import checkpoint_digest
 
         return checkpoint_digest(self)
+
+    def metadata_digest(self) -> str:
+        """The metadata's digest: 64 lowercase hex digits, the same in every format.
+
+        SHA-256 of the lines ``KEY\\tCANONICAL\\n``, keys sorted by their UTF-8 bytes,
+        key and text escaped as names are (``\\\\``, ``\\n``, ``\\t``). CANONICAL is the
+        value's text: a str itself, an int decimal, a bool ``true``/``false``, None
+        ``null``, a float the shortest text of its stored type (a GGUF FLOAT32 value as
+        F32, a Python float as F64), bytes ``b64:`` and base64, a list the compact JSON
+        array of its elements' texts (``ensure_ascii=False``), a dict the JSON object of
+        its values' texts, keys sorted. The stored type is not part of it (a GGUF u32
+        ``4096`` and a safetensors ``"4096"`` are equal). ``format``,
+        ``general.alignment`` and ``split.*`` keys are left out: they describe the file,
+        not the model. A GGUF tokenizer is digested whole; nothing is copied.
+        """
+        return metadata_digest(self._metadata, self._float32_keys)
 
     def _stored(self, name: str) -> Any:
         """Private: the stored bytes of tensor ``name`` as a flat read-only uint8 array.

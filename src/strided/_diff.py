@@ -7,6 +7,12 @@ decode that are not the same type), ``only in A`` and ``only in B``. Quantized G
 tensors are compared by their dequantized F32 values (and are ``identical`` to a tensor
 of the same type with the same stored blocks). Two tensors of one stored type strided
 cannot decode (``F4``...) are compared byte by byte: their counts and indices are bytes.
+
+Metadata is compared key by key through its canonical text (``_metadata_text``), so a
+GGUF u32 ``4096`` equals a safetensors ``"4096"``: ``equal``, ``differs``, ``type
+differs`` (both sides GGUF, stored types unlike), ``only in A``, ``only in B``. Keys
+describing the file rather than the model (``format``, ``general.alignment``,
+``split.*``) are not compared.
 """
 
 from __future__ import annotations
@@ -18,15 +24,27 @@ import numpy as np
 
 from ._checkpoint import has_dtype
 from ._compare import Tally, Tolerance, compare
+from ._digest import sort_key
 from ._dtype import DType
 from ._errors import DataError
 from ._jobs import JobError, Part, loaded, opened
+from ._metadata_text import checkpoint_texts, element_texts, gguf_types
 from ._values import Source
 
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint, TensorInfo
 
-__all__ = ["STATUSES", "DiffTask", "kind_of", "result", "run_task", "status_before_values"]
+__all__ = [
+    "METADATA_STATUSES",
+    "STATUSES",
+    "DiffTask",
+    "kind_of",
+    "metadata_entries",
+    "result",
+    "run_task",
+    "shorten",
+    "status_before_values",
+]
 
 STATUSES = (
     "identical",
@@ -37,6 +55,7 @@ STATUSES = (
     "only in A",
     "only in B",
 )
+METADATA_STATUSES = ("equal", "differs", "type differs", "only in A", "only in B")
 _STEP = 1 << 18  # elements compared at once: temporaries stay a few MiB
 
 
@@ -151,3 +170,88 @@ def result(
         if tally.max_ulp is not None:
             entry["max_ulp"] = tally.max_ulp
     return entry
+
+
+def shorten(text: str, limit: int, at: int = 0) -> str:
+    """``text`` when at most ``limit`` characters; else ``limit`` of them, from a little
+    before character ``at`` (``…`` marking a cut at either end), and the full length.
+    """
+    if len(text) <= limit:
+        return text
+    start = max(0, min(at - limit // 4, len(text) - limit))
+    stop = start + limit
+    head = "…" if start else ""
+    tail = "…" if stop < len(text) else ""
+    return f"{head}{text[start:stop]}{tail} ({len(text):,} characters)"
+
+
+def metadata_entries(a: Checkpoint, b: Checkpoint, limit: int = 200) -> dict[str, dict[str, Any]]:
+    """Every metadata key of either checkpoint (sorted by UTF-8 bytes) -> its entry.
+
+    ``{"status": "equal"}``; ``only in A``/``only in B`` with the value there (``a`` or
+    ``b``); ``differs``/``type differs`` with both values. Values are canonical texts,
+    shortened past ``limit`` characters (``shorten``). Two arrays that differ also give
+    ``items`` (both lengths), ``index`` (the first position whose elements differ, or
+    the shorter length when one is a prefix of the other) and ``first`` (both elements
+    there, None past an end); other values give ``offset``, the first character that
+    differs, and are shortened around it. ``type differs`` (both sides GGUF, stored types
+    unlike) also gives both types as ``types``.
+    """
+    texts_a, texts_b = checkpoint_texts(a), checkpoint_texts(b)
+    types_a, types_b = gguf_types(a), gguf_types(b)
+    entries: dict[str, dict[str, Any]] = {}
+    for key in sorted(texts_a.keys() | texts_b.keys(), key=sort_key):
+        if key not in texts_b:
+            entries[key] = {"status": "only in A", "a": shorten(texts_a[key], limit)}
+            continue
+        if key not in texts_a:
+            entries[key] = {"status": "only in B", "b": shorten(texts_b[key], limit)}
+            continue
+        type_a = None if types_a is None else types_a.get(key)
+        type_b = None if types_b is None else types_b.get(key)
+        if type_a is not None and type_b is not None and type_a != type_b:
+            entry = _change(a, b, key, (texts_a[key], texts_b[key]), "type differs", limit)
+            entry["types"] = {"a": type_a, "b": type_b}
+            entries[key] = entry
+        elif texts_a[key] != texts_b[key]:
+            entries[key] = _change(a, b, key, (texts_a[key], texts_b[key]), "differs", limit)
+        else:
+            entries[key] = {"status": "equal"}
+    return entries
+
+
+def _change(
+    a: Checkpoint, b: Checkpoint, key: str, texts: tuple[str, str], status: str, limit: int
+) -> dict[str, Any]:
+    text_a, text_b = texts
+    value_a, value_b = a._metadata[key], b._metadata[key]
+    if not (isinstance(value_a, list) and isinstance(value_b, list)):
+        offset = _first_difference(text_a, text_b)
+        return {"status": status, "a": shorten(text_a, limit, offset),
+                "b": shorten(text_b, limit, offset), "offset": offset}  # fmt: skip
+    items_a = element_texts(value_a, _floats(a, key))
+    items_b = element_texts(value_b, _floats(b, key))
+    index = _first_difference(items_a, items_b)
+    return {
+        "status": status,
+        "a": shorten(text_a, limit),
+        "b": shorten(text_b, limit),
+        "items": {"a": len(items_a), "b": len(items_b)},
+        "index": index,
+        "first": {
+            "a": shorten(items_a[index], limit) if index < len(items_a) else None,
+            "b": shorten(items_b[index], limit) if index < len(items_b) else None,
+        },
+    }
+
+
+def _first_difference(a: Sequence[str], b: Sequence[str]) -> int:
+    """The first position where two sequences differ (the shorter length for a prefix)."""
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+def _floats(checkpoint: Checkpoint, key: str) -> DType:
+    return DType.F32 if key in checkpoint._float32_keys else DType.F64

@@ -11,7 +11,8 @@
 
 So a checkpoint's digest depends only on its tensors' names, dtypes, shapes and values:
 not on the file format, the shard split, the order of tensors or header keys, or
-metadata. Memory that is already contiguous (a memory-mapped file) is hashed in place;
+metadata (which has its own digest, ``Checkpoint.metadata_digest``, defined in
+``_metadata_text``). Memory that is already contiguous (a memory-mapped file) is hashed in place;
 strided views are hashed a bounded piece at a time, never copied whole.
 """
 

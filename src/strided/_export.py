@@ -30,8 +30,8 @@ from ._convert import convert_array
 from ._dtype import DType
 from ._errors import DataError, DTypeError, RangeError
 from ._jobs import JobError, Runner, loaded, opened
+from ._metadata_text import checkpoint_texts
 from ._pieces import pieces
-from ._scalar import Scalar
 from ._values import Source
 from .io._safetensors_header import DTYPE_BITS
 from .io._shards import (
@@ -94,28 +94,21 @@ def plan(checkpoint: Checkpoint, names: Sequence[str], dtype: DType | None) -> l
 
 
 def text_metadata(checkpoint: Checkpoint) -> dict[str, str]:
-    """The checkpoint's scalar metadata as safetensors strings (lists and None left out).
+    """The checkpoint's metadata as safetensors ``__metadata__`` strings, nothing dropped.
 
-    Booleans are ``true``/``false``, integers decimal, floats their canonical shortest
-    text in the type they were stored as (a GGUF FLOAT32 value as F32: ``1e-05``).
+    Every value becomes its canonical text (``_metadata_text``: integers decimal,
+    booleans ``true``/``false``, None ``null``, floats the shortest text of the type
+    they were stored as, a GGUF FLOAT32 value as F32 ``1e-05``; lists and tokenizer
+    vocabularies as compact JSON arrays of their elements' texts), so the metadata
+    digest and ``diff`` find the source and the output equal. ``general.alignment`` and
+    ``split.*`` describe the source file's layout and are not copied; ``format`` is
+    kept when the source has a text one and is ``pt`` otherwise, as Hugging Face
+    loaders require it.
     """
-    float32 = _gguf_float32_keys(checkpoint) if checkpoint.format == "gguf" else set()
-    text = {}
-    for key, value in checkpoint.metadata.items():
-        if isinstance(value, str):
-            text[key] = value
-        elif isinstance(value, bool):
-            text[key] = "true" if value else "false"
-        elif isinstance(value, int):
-            text[key] = str(value)
-        elif isinstance(value, float):
-            text[key] = str(Scalar(DType.F32 if key in float32 else DType.F64, value))
+    text = checkpoint_texts(checkpoint)
+    source_format = checkpoint._metadata.get("format")
+    text["format"] = source_format if type(source_format) is str else "pt"
     return text
-
-
-def _gguf_float32_keys(checkpoint: Checkpoint) -> set[str]:
-    """Keys whose GGUF value type is FLOAT32 (the reader gives all floats as Python floats)."""
-    return set(checkpoint._float32_keys)
 
 
 ConvertTask = tuple[str, str, int, int, str]

@@ -210,6 +210,9 @@ def _add_diff(commands: _Commands) -> None:
         "--ulp", type=_ulps, default=None, help="floats also match within N representable values"
     )
     diff.add_argument("--name", default="*", help="only tensors whose name matches this glob")
+    diff.add_argument(
+        "--ignore-metadata", action="store_true", help="compare tensors only, not metadata"
+    )
     diff.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(diff, scheduler=True)
     diff.set_defaults(run=run_diff)

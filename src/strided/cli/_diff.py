@@ -1,8 +1,14 @@
-"""``strided diff``: two checkpoints of any formats compared tensor by tensor, exactly.
+"""``strided diff``: two checkpoints of any formats compared tensor by tensor, exactly,
+and their metadata key by key.
 
-Exit 0 when every tensor matches (``identical`` or ``equal``) and the names agree, 1
-when anything differs, 2 on bad usage or unreadable input (the ``diff``/``cmp``
-convention).
+Metadata values are compared through their canonical text (the text the metadata
+digest hashes), so a GGUF and its safetensors conversion match; ``--ignore-metadata``
+skips them and the verdict says so. ``--json`` prints ``{"tensors": {name: {"status",
+...}}, "metadata": {key: {"status", ...}} (null with --ignore-metadata), "same": bool}``.
+
+Exit 0 when every tensor matches (``identical`` or ``equal``), the names agree and (unless
+ignored) every metadata key is equal, 1 when anything compared differs, 2 on bad usage
+or unreadable input (the ``diff``/``cmp`` convention).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from .._errors import DataError
 from .._jobs import JobError, plan, runner, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, safe, with_path
-from ._verify import CommandFailure
+from ._verify import CommandFailure, count_of
 
 if TYPE_CHECKING:
     from .._checkpoint import Checkpoint
@@ -33,17 +39,20 @@ def run_diff(args: argparse.Namespace) -> int:
     """Print the comparison (a table, or JSON with ``--json``); exit 0, 1 or 2."""
     tolerance = Tolerance(args.atol, args.rtol, args.ulp)
     try:
-        entries = _compare(args, tolerance)
+        entries, metadata = _compare(args, tolerance)
     except JobError as error:
         raise CommandFailure(job_error(error), status=2) from None
     except CommandFailure as failure:
         raise CommandFailure(str(failure), status=2) from None
-    same = all(entry["status"] in ("identical", "equal") for entry in entries.values())
+    same_tensors = all(entry["status"] in ("identical", "equal") for entry in entries.values())
+    same_metadata = metadata is None or all(e["status"] == "equal" for e in metadata.values())
+    same = same_tensors and same_metadata
     if args.json:
-        document = {"tensors": entries, "same": same}
+        document = {"tensors": entries, "metadata": metadata, "same": same}
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
     else:
-        _print_table(args, entries, same)
+        _print_table(args, entries, metadata)
+        print(_verdict(entries, metadata, same_tensors, same_metadata))
     return 0 if same else 1
 
 
@@ -54,10 +63,17 @@ def _open(path: str) -> Checkpoint:
         raise CommandFailure(with_path(path, error)) from None
 
 
-def _compare(args: argparse.Namespace, tolerance: Tolerance) -> dict[str, dict[str, Any]]:
+Entries = dict[str, dict[str, Any]]
+
+
+def _compare(args: argparse.Namespace, tolerance: Tolerance) -> tuple[Entries, Entries | None]:
+    """Tensor entries, and metadata entries (None with ``--ignore-metadata``)."""
     with _open(args.path) as a, _open(args.other) as b:
         try:
-            return _entries(args, tolerance, a, b)
+            entries = _entries(args, tolerance, a, b)
+            if args.ignore_metadata:
+                return entries, None
+            return entries, _diff.metadata_entries(a, b, 200 if args.json else _TABLE_TEXT)
         except (DataError, OSError, UnicodeError) as error:
             raise CommandFailure(with_path(f"{args.path} / {args.other}", error)) from None
 
@@ -154,17 +170,87 @@ def _details(entry: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _print_table(args: argparse.Namespace, entries: dict[str, dict[str, Any]], same: bool) -> None:
+_TABLE_TEXT = 60  # characters of a metadata value shown in the table
+
+
+def _print_table(args: argparse.Namespace, entries: Entries, metadata: Entries | None) -> None:
     print(f"A: {safe(args.path)}")
     print(f"B: {safe(args.other)}")
     lines = [("status", "name", "details")]
     lines += [(entry["status"], safe(name), _details(entry)) for name, entry in entries.items()]
+    for key, entry in (metadata or {}).items():
+        if entry["status"] != "equal":
+            lines.append((f"metadata {entry['status']}", safe(key), _metadata_details(entry)))
     widths = [max(len(line[i]) for line in lines) for i in range(2)]
     for status, name, details in lines:
         print(f"{status.ljust(widths[0])}  {name.ljust(widths[1])}  {details}".rstrip())
+
+
+def _verdict(
+    entries: Entries, metadata: Entries | None, same_tensors: bool, same_metadata: bool
+) -> str:
+    """``3 tensors: 3 identical; 5 metadata keys: 5 equal: tensors and metadata match``."""
     counts = {status: 0 for status in _diff.STATUSES}
     for entry in entries.values():
         counts[entry["status"]] += 1
     found = ", ".join(f"{count} {status}" for status, count in counts.items() if count)
-    verdict = "the checkpoints match" if same else "the checkpoints differ"
-    print(f"{len(entries)} tensors: {found or 'none'}: {verdict}")
+    parts = [f"{count_of(len(entries), 'tensor')}: {found or 'none'}"]
+    if metadata is None:
+        verdict = "tensors match" if same_tensors else "tensors differ"
+        return f"{parts[0]}: {verdict} (metadata not compared)"
+    keys = {status: 0 for status in _diff.METADATA_STATUSES}
+    for entry in metadata.values():
+        keys[entry["status"]] += 1
+    found = ", ".join(f"{count} {status}" for status, count in keys.items() if count)
+    parts.append(
+        f"{count_of(len(metadata), 'metadata key')}: {found}"
+        if metadata
+        else "no metadata on either side"
+    )
+    if same_tensors and same_metadata:
+        verdict = "tensors and metadata match"
+    elif same_metadata:
+        verdict = "tensors differ, metadata matches"
+    elif same_tensors:
+        verdict = "metadata differs, tensors match"
+    else:
+        verdict = "tensors and metadata differ"
+    return f"{'; '.join(parts)}: {verdict}"
+
+
+def _quoted(text: str | None) -> str:
+    """A metadata text of a table entry as a quoted string.
+
+    Only a shortened text is longer than the table's limit, and it ends with the note
+    ``(N characters)``, which stays outside the quotes.
+    """
+    if text is None:
+        return "(none)"
+    body, note = text, ""
+    if len(text) > _TABLE_TEXT:
+        body, _, rest = text.rpartition(" (")
+        note = f" ({rest}"
+    return safe(json.dumps(body, ensure_ascii=False)) + note
+
+
+def _metadata_details(entry: dict[str, Any]) -> str:
+    status = entry["status"]
+    if status == "only in A":
+        return _quoted(entry["a"])
+    if status == "only in B":
+        return _quoted(entry["b"])
+    parts = []
+    if "types" in entry:
+        parts.append(f"{safe(entry['types']['a'])} vs {safe(entry['types']['b'])}")
+    if "items" in entry:
+        items, first = entry["items"], entry["first"]
+        parts.append(f"{items['a']:,} vs {items['b']:,} items")
+        parts.append(
+            f"first difference at [{entry['index']}]: {_quoted(first['a'])} vs "
+            f"{_quoted(first['b'])}"
+        )
+    else:
+        parts.append(f"{_quoted(entry['a'])} vs {_quoted(entry['b'])}")
+        if len(entry["a"]) > _TABLE_TEXT or len(entry["b"]) > _TABLE_TEXT:
+            parts.append(f"first difference at character {entry['offset']:,}")
+    return "; ".join(parts)

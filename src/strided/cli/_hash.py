@@ -1,4 +1,4 @@
-"""``strided hash``: every tensor's digest and the checkpoint's, as text or JSON."""
+"""``strided hash``: every tensor's digest, the metadata's and the checkpoint's, as text or JSON."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import json
 from .. import _digest
 from .._checkpoint import open_checkpoint
 from .._jobs import plan, runner, sharing, where
-from ._manifest import escaped_line
+from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line
 from ._progress import Progress
 
 __all__ = ["run_hash"]
 
 
 def run_hash(args: argparse.Namespace) -> int:
-    """Print ``DIGEST  NAME`` per tensor (names sorted by UTF-8 bytes), then the checkpoint's."""
+    """Print ``DIGEST  NAME`` per tensor (names sorted by UTF-8 bytes), then
+    ``DIGEST  *metadata*`` (``Checkpoint.metadata_digest``) and ``DIGEST  *checkpoint*``
+    (``Checkpoint.digest``); ``--json`` prints ``{"digest", "metadata_digest", "tensors"}``.
+    """
     with open_checkpoint(args.path) as checkpoint:
+        metadata = checkpoint.metadata_digest()
         names = sorted(checkpoint, key=_digest.sort_key)
         infos = {name: checkpoint.info(name) for name in names}
         tasks = plan(
@@ -42,9 +46,11 @@ def run_hash(args: argparse.Namespace) -> int:
             }
             for name in names
         }
-        print(json.dumps({"digest": total, "tensors": tensors}, indent=1))
+        document = {"digest": total, "metadata_digest": metadata, "tensors": tensors}
+        print(json.dumps(document, indent=1))
         return 0
     for name in names:
         print(escaped_line(digests[name], name))
-    print(escaped_line(total, args.path))
+    print(f"{metadata}  {METADATA_LINE}")
+    print(f"{total}  {CHECKPOINT_LINE}")
     return 0

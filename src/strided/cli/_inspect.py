@@ -1,4 +1,16 @@
-"""``strided inspect``: every tensor of a checkpoint with sample statistics, as a table or JSON."""
+"""``strided inspect``: every tensor of a checkpoint with sample statistics, as a table or JSON.
+
+``--json`` prints ``{"path", "format", "metadata", "tensors", "totals"}``. In a tensor
+row, ``min``, ``max`` and ``mean`` are always strings of canonical text (``"0.1"``,
+``"-0.0"``, ``"nan"``, ``"inf"``; the mean as F64) or null when there is no value, so a
+reader never meets a number in one row and a string in the next. Metadata values are
+JSON values (a GGUF FLOAT32 value as the number of its shortest F32 text, a non-finite
+float as ``"nan"``/``"inf"``/``"-inf"``). A metadata array longer than 16 items is
+summarized unless ``--full-metadata`` is given, as the one kind of object a metadata
+value can be: ``{"$summary": "array", "type": "ARRAY[STRING]", "length": 151936,
+"first": [...16 items]}`` (``type`` is the GGUF value type, or ``"list"`` for other
+formats); the ``"$summary"`` key marks it and never appears otherwise.
+"""
 
 from __future__ import annotations
 
@@ -13,24 +25,32 @@ from .._checkpoint import Checkpoint, open_checkpoint
 from .._dtype import DType
 from .._errors import DataError
 from .._exact_stats import Totals
+from .._floats import shortest_text
 from .._inspect import TensorInspectionOptions
 from .._jobs import JobError, Runner, opened, sharing, where
+from .._metadata_text import canonical, gguf_types
 from .._scalar import Scalar
 from ._text import byte_size, count_text, safe
-from ._verify import exact_row, header_row, scan_checkpoint
+from ._verify import count_of, exact_row, header_row, scan_checkpoint
 
 __all__ = ["inspect_task", "run_inspect"]
 
 # Metadata arrays longer than this are summarized (length and first items) in --json
 # unless --full-metadata is given: a tokenizer vocabulary is megabytes of JSON.
 _ARRAY_ITEMS = 16
+_SUMMARY = "$summary"
+_LINE = 80  # characters of a metadata value shown in the table
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     """List every tensor (matching ``--name``) with its header facts and statistics.
 
     Statistics come from samples unless ``--full`` asks for exact ones over every
-    element; the table says which (``sampled 1,024 of 11.7M``, ``all 6``, ``exact``).
+    element; the table says which (``sampled 1,024 of 11.7M``, ``all 6``) and heads
+    the columns ``min (sampled)``... when a row's statistics do not cover every
+    element. Metadata values are formatted only as far as they are shown: a 262,144-entry
+    score array shows 16 numbers, and only those 16 are formatted. See the module
+    docstring for the ``--json`` document.
     """
     with open_checkpoint(args.path) as checkpoint:
         names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
@@ -44,7 +64,9 @@ def run_inspect(args: argparse.Namespace) -> int:
             rows = _sampled_rows(checkpoint, args, names)
             if args.group:
                 rows = _group(rows)
-        metadata = checkpoint.display_metadata()
+        raw = checkpoint.metadata
+        float32 = checkpoint._float32_keys
+        types = gguf_types(checkpoint) or {}
         kind = checkpoint.format
         # Members the reader lists but cannot read (an .npz string array): name, reason.
         unreadable = {
@@ -52,25 +74,31 @@ def run_inspect(args: argparse.Namespace) -> int:
             for name, reason in checkpoint.unreadable.items()
             if fnmatch.fnmatchcase(name, args.name)
         }
+    for row in rows:
+        if row.get("mean") is not None:
+            row["mean"] = shortest_text(DType.F64, row["mean"])
     totals = {
         "tensors": sum(row["count"] for row in rows),
         "parameters": sum(row["numel"] for row in rows),
         "bytes": sum(row["bytes"] for row in rows),
     }
-    if not args.full_metadata:
-        metadata = {key: _summarized(value) for key, value in metadata.items()}
-    document = {
-        "path": args.path,
-        "format": kind,
-        "metadata": metadata,
-        "tensors": rows,
-        "totals": totals,
-        "unreadable": unreadable,
-    }
     if args.json:
+        metadata = {
+            key: _json_value(value, key in float32, types.get(key), args.full_metadata)
+            for key, value in raw.items()
+        }
+        document = {
+            "path": args.path,
+            "format": kind,
+            "metadata": metadata,
+            "tensors": rows,
+            "totals": totals,
+            "unreadable": unreadable,
+        }
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
-    else:
-        _print_table(document)
+        return 0
+    lines = [f"  {safe(key)}: {_table_value(value, key in float32)}" for key, value in raw.items()]
+    _print_table(args.path, kind, lines, rows, totals, unreadable)
     return 0
 
 
@@ -126,10 +154,56 @@ def _group_exact(
     return rows
 
 
-def _summarized(value: Any) -> Any:
-    if isinstance(value, list) and len(value) > _ARRAY_ITEMS:
-        return {"length": len(value), "first": value[:_ARRAY_ITEMS]}
+def _shown(value: Any, float32: bool) -> Any:
+    """A metadata value for JSON: a FLOAT32 value as its shortest F32 text's number."""
+    if isinstance(value, list):
+        return [_shown(item, float32) for item in value]
+    if float32 and type(value) is float:
+        return float(shortest_text(DType.F32, value))
     return value
+
+
+def _json_value(value: Any, float32: bool, type_name: str | None, full: bool) -> Any:
+    """A metadata value for ``--json``: long arrays summarized (unless ``full``)."""
+    if isinstance(value, list) and len(value) > _ARRAY_ITEMS and not full:
+        return {
+            _SUMMARY: "array",
+            "type": type_name or "list",
+            "length": len(value),
+            "first": _shown(value[:_ARRAY_ITEMS], float32),
+        }
+    return _shown(value, float32)
+
+
+_NOUNS = {str: "string", int: "integer", float: "float", bool: "boolean", list: "array"}
+
+
+def _table_value(value: Any, float32: bool) -> str:
+    """A metadata value on one table line: scalars as canonical text, arrays summarized
+    (``151,936 strings: "!", "\\"", "#", …``), at most about 80 characters."""
+    floats = DType.F32 if float32 else DType.F64
+    if not isinstance(value, list):
+        text = " ".join(canonical(value, floats).split())
+        return safe(text if len(text) <= _LINE else text[: _LINE - 1] + "…")
+    kinds = {type(item) for item in value[:_ARRAY_ITEMS]}
+    noun = _NOUNS.get(kinds.pop(), "item") if len(kinds) == 1 else "item"
+    head = f"{count_of(len(value), noun)}"
+    shown: list[str] = []
+    width = len(head) + 2
+    for item in value[:_ARRAY_ITEMS]:
+        if isinstance(item, list):
+            text = f"[{count_of(len(item), 'item')}]"
+        elif isinstance(item, str):
+            text = json.dumps(item, ensure_ascii=False)
+        else:
+            text = canonical(item, floats)
+        if shown and width + len(text) + 2 > _LINE:
+            break
+        shown.append(text)
+        width += len(text) + 2
+    if len(shown) < len(value):
+        shown.append("…")
+    return safe(head + (": " + ", ".join(shown) if shown else ""))
 
 
 def _summarize(checkpoint: Checkpoint, name: str, options: Any) -> dict[str, Any]:
@@ -223,12 +297,21 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def _print_table(document: dict[str, Any]) -> None:
-    header = ("name", "dtype", "shape", "bytes", "min", "max", "mean", "nan", "inf", "statistics")
+def _print_table(
+    path: str,
+    kind: str,
+    metadata: list[str],
+    rows: list[dict[str, Any]],
+    totals: dict[str, int],
+    unreadable: dict[str, str],
+) -> None:
+    complete = all(row.get("exact", True) for row in rows)
+    note = "" if complete else " (sampled)"
+    header = ("name", "dtype", "shape", "bytes", f"min{note}", f"max{note}", f"mean{note}",
+              "nan", "inf", "statistics")  # fmt: skip
     lines = [header]
-    for row in document["tensors"]:
+    for row in rows:
         name = safe(row["name"]) + (f"  ×{row['count']}" if row["count"] > 1 else "")
-        mean = row.get("mean")
         lines.append(
             (
                 name,
@@ -237,34 +320,33 @@ def _print_table(document: dict[str, Any]) -> None:
                 byte_size(row["bytes"]),
                 _text(row.get("min")),
                 _text(row.get("max")),
-                _mean_text(mean, bool(row.get("exact"))),
+                _mean_text(row.get("mean")),
                 _text(row.get("nan")),
                 _text(row.get("inf")),
                 _coverage(row),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    print(f"{safe(document['path'])} ({document['format']})")
-    for key, value in document["metadata"].items():
-        print(f"  {safe(key)}: {_short(value)}")
+    print(f"{safe(path)} ({kind})")
+    for entry in metadata:
+        print(entry)
     for line in lines:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
-    for name, reason in document["unreadable"].items():
+    for name, reason in unreadable.items():
         print(f"{safe(name)}  unreadable: {safe(reason)}")
-    totals = document["totals"]
     print(
-        f"{totals['tensors']} tensors, {totals['parameters']:,} parameters, "
+        f"{count_of(totals['tensors'], 'tensor')}, {totals['parameters']:,} parameters, "
         f"{byte_size(totals['bytes'])}"
     )
 
 
-def _mean_text(mean: float | None, exact: bool) -> str:
-    # An exact mean is shown whole (shortest round-trip text); a sampled one, short.
+def _mean_text(mean: str | None) -> str:
+    # Six significant digits in every row (the JSON document has the exact text).
     if mean is None:
         return "-"
-    return repr(mean) if exact else f"{mean:.6g}"
+    return f"{float(mean):.6g}"
 
 
 def _coverage(row: dict[str, Any]) -> str:
@@ -278,9 +360,3 @@ def _coverage(row: dict[str, Any]) -> str:
 
 def _text(value: object) -> str:
     return "-" if value is None else str(value)
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value) if not isinstance(value, str) else value
-    text = safe(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,13 +1,21 @@
 """``strided hash`` output, written and read back (``strided verify --manifest``).
 
 Text: one ``DIGEST  NAME`` line per tensor (the ``sha256sum`` layout), names sorted by
-their UTF-8 bytes, then ``DIGEST  PATH`` with the checkpoint digest. A name holding a
-backslash, a newline, a tab, a carriage return or any other non-printable character is
-written with escapes (``\\\\``, ``\\n``, ``\\t``, ``\\r``, ``\\xNN``, ``\\uNNNN``,
-``\\UNNNNNNNN``) and its line starts with a backslash, as ``sha256sum`` marks escaped
-names; so every name reads back exactly and none can drive a terminal.
+their UTF-8 bytes, then ``DIGEST  *metadata*`` with the metadata digest and
+``DIGEST  *checkpoint*`` with the checkpoint digest. A name holding a backslash, a
+newline, a tab, a carriage return or any other non-printable character is written with
+escapes (``\\\\``, ``\\n``, ``\\t``, ``\\r``, ``\\xNN``, ``\\uNNNN``, ``\\UNNNNNNNN``) and
+its line starts with a backslash, as ``sha256sum`` marks escaped names; so every name
+reads back exactly and none can drive a terminal. A name starting with ``*`` is marked
+the same way (its line starts with a backslash), so no tensor line reads as one of
+the two ``*...*`` lines.
 
-JSON: ``{"digest": ..., "tensors": {name: {"dtype", "shape", "digest"}}}``.
+JSON: ``{"digest": ..., "metadata_digest": ..., "tensors": {name: {"dtype", "shape",
+"digest"}}}``.
+
+Manifests written before metadata was digested (their last line ``DIGEST  PATH``, or
+JSON without ``"metadata_digest"``) still read: their tensors and checkpoint digest are
+checked, and ``Manifest.metadata_digest`` is None.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ from .._strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
 from ._text import escape_char
 
-__all__ = ["Manifest", "escaped_line", "read_manifest"]
+__all__ = ["CHECKPOINT_LINE", "METADATA_LINE", "Manifest", "escaped_line", "read_manifest"]
+
+METADATA_LINE = "*metadata*"
+CHECKPOINT_LINE = "*checkpoint*"
 
 _MAX_MANIFEST_BYTES = 1 << 28
 _NAMED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -34,8 +45,12 @@ def _escape(char: str) -> str:
 
 
 def escaped_line(digest: str, name: str) -> str:
-    """``DIGEST  NAME``, escaped (with a leading backslash) when the name needs it."""
-    if name.isprintable() and "\\" not in name:
+    """``DIGEST  NAME``, escaped (with a leading backslash) when the name needs it.
+
+    A name starting with ``*`` is marked too, so it never reads as ``*metadata*`` or
+    ``*checkpoint*``.
+    """
+    if name.isprintable() and "\\" not in name and not name.startswith("*"):
         return f"{digest}  {name}"
     return "\\" + digest + "  " + "".join(_escape(char) for char in name)
 
@@ -56,11 +71,13 @@ def _unescape(text: str, where: str) -> str:
 
 
 class Manifest:
-    """Expected digests: ``tensors`` (name -> digest) and the checkpoint ``digest``."""
+    """Expected digests: ``tensors`` (name -> digest), the checkpoint ``digest`` and the
+    ``metadata_digest`` (None for a manifest written before metadata was digested)."""
 
-    def __init__(self, tensors: dict[str, str], digest: str) -> None:
+    def __init__(self, tensors: dict[str, str], digest: str, metadata_digest: str | None) -> None:
         self.tensors = tensors
         self.digest = digest
+        self.metadata_digest = metadata_digest
 
 
 def read_manifest(path: str) -> Manifest:
@@ -86,19 +103,28 @@ def _from_text(text: str, path: str) -> Manifest:
         lines.pop()
     if not lines:
         raise FormatError(f"{path}: the manifest is empty")
-    tensors: dict[str, str] = {}
+    entries: list[tuple[str, str, bool]] = []  # (name, digest, written escaped)
     for number, line in enumerate(lines, 1):
         match = _LINE.fullmatch(line)
         if match is None:
             raise FormatError(f"{path}: line {number}: expected 'DIGEST  NAME' (64 hex digits)")
-        where = f"{path}: line {number}"
-        name = _unescape(match.group(3), where) if match.group(1) else match.group(3)
-        if number == len(lines):
-            return Manifest(tensors, match.group(2))
+        escaped = bool(match.group(1))
+        name = _unescape(match.group(3), f"{path}: line {number}") if escaped else match.group(3)
+        entries.append((name, match.group(2), escaped))
+    *body, (last, digest, last_escaped) = entries
+    metadata = None
+    if last == CHECKPOINT_LINE and not last_escaped:
+        if not body or body[-1][0] != METADATA_LINE or body[-1][2]:
+            raise FormatError(f"{path}: the {CHECKPOINT_LINE} line follows no {METADATA_LINE} line")
+        metadata = body.pop()[1]
+    # Otherwise the last line names the checkpoint's path: written before metadata was
+    # digested, so there is no metadata line to check.
+    tensors: dict[str, str] = {}
+    for number, (name, found, _) in enumerate(body, 1):
         if name in tensors:
-            raise FormatError(f"{where}: tensor {name[:80]!r} is listed twice")
-        tensors[name] = match.group(2)
-    raise AssertionError("unreachable")  # pragma: no cover
+            raise FormatError(f"{path}: line {number}: tensor {name[:80]!r} is listed twice")
+        tensors[name] = found
+    return Manifest(tensors, digest, metadata)
 
 
 def _from_json(document: Any, path: str) -> Manifest:
@@ -107,10 +133,13 @@ def _from_json(document: Any, path: str) -> Manifest:
     digest = document.get("digest")
     if type(digest) is not str or not _HEX.fullmatch(digest):
         raise FormatError(f"{path}: 'digest' must be 64 lowercase hex digits")
+    metadata = document.get("metadata_digest")
+    if metadata is not None and (type(metadata) is not str or not _HEX.fullmatch(metadata)):
+        raise FormatError(f"{path}: 'metadata_digest' must be 64 lowercase hex digits")
     tensors = {}
     for name, entry in document["tensors"].items():
         found = entry.get("digest") if type(entry) is dict else None
         if type(found) is not str or not _HEX.fullmatch(found):
             raise FormatError(f"{path}: tensor {name[:80]!r}: 'digest' must be 64 hex digits")
         tensors[name] = found
-    return Manifest(tensors, digest)
+    return Manifest(tensors, digest, metadata)

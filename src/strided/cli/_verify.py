@@ -17,7 +17,19 @@ from ._text import byte_size, index_text, safe
 if TYPE_CHECKING:
     from ._manifest import Manifest
 
-__all__ = ["CommandFailure", "exact_row", "header_row", "run_verify", "scan_checkpoint"]
+__all__ = [
+    "CommandFailure",
+    "count_of",
+    "exact_row",
+    "header_row",
+    "run_verify",
+    "scan_checkpoint",
+]
+
+
+def count_of(count: int, noun: str) -> str:
+    """``1 tensor``, ``2 tensors``, ``1,024 tensors``: a count with its noun agreeing."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 class CommandFailure(Exception):
@@ -108,7 +120,11 @@ def _unravel(flat: int, shape: Any) -> list[int]:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Exit 0 only when every tensor was read and scanned, none holds NaN or infinity,
-    and (with ``--manifest``) every digest matches.
+    and (with ``--manifest``) every digest matches, the metadata digest included.
+
+    A manifest written before metadata was digested (no ``*metadata*`` line or
+    ``"metadata_digest"`` key) checks the tensors only, and the output says the
+    metadata was not checked.
 
     A tensor whose stored type strided cannot decode is validated structurally (and
     hashed) but not scanned; it is listed, counted, and makes the exit status 1.
@@ -121,6 +137,7 @@ def run_verify(args: argparse.Namespace) -> int:
         )
         rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
         total = sum(checkpoint.info(name).byte_len for name in names)
+        metadata = checkpoint.metadata_digest() if manifest is not None else None
     _print_rows(rows)
     problems = [_problem(row) for row in rows if row.get("nan") or row.get("inf")]
     skipped = [
@@ -130,19 +147,26 @@ def run_verify(args: argparse.Namespace) -> int:
     ]
     states = []
     if problems:
-        states.append(f"{len(problems)} tensors with NaN or inf")
+        states.append(f"{count_of(len(problems), 'tensor')} with NaN or inf")
     if skipped:
         states.append(f"{len(skipped)} of {len(names)} tensors not scanned")
     lines = problems + skipped
+    matched = ""
     if manifest is not None:
         digests = {name: found[name][0] or "" for name in names}
         manifest_lines, manifest_states = _check(manifest, digests)
         lines += manifest_lines
         states += manifest_states
+        assert metadata is not None
+        metadata_lines, metadata_states = _check_metadata(manifest, metadata)
+        lines += metadata_lines
+        states += metadata_states
+        unchecked = "" if manifest.metadata_digest else " (metadata not checked)"
+        matched = ", digests match" + unchecked
     for line in lines:
         print(line)
-    state = ", ".join(states) if states else "clean" + (", digests match" if manifest else "")
-    print(f"{safe(args.path)}: {len(names)} tensors, {byte_size(total)}: {state}")
+    state = ", ".join(states) if states else "clean" + matched
+    print(f"{safe(args.path)}: {count_of(len(names), 'tensor')}, {byte_size(total)}: {state}")
     return 1 if states else 0
 
 
@@ -184,6 +208,17 @@ def _check(manifest: Manifest, digests: dict[str, str]) -> tuple[list[str], list
         lines.append("the checkpoint digest differs from the manifest's (its last line)")
         states.append("checkpoint digest differs")
     return lines, states
+
+
+def _check_metadata(manifest: Manifest, metadata: str) -> tuple[list[str], list[str]]:
+    """The metadata digest against the manifest's ``*metadata*`` line (or JSON key)."""
+    if manifest.metadata_digest is None:
+        return ["metadata not checked: the manifest has no metadata digest "
+                "(written before strided digested metadata)"], []  # fmt: skip
+    if manifest.metadata_digest == metadata:
+        return [], []
+    line = "metadata: digest differs from the manifest (a key was added, removed or changed)"
+    return [line], ["metadata digest differs"]
 
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:
