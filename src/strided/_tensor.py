@@ -359,12 +359,18 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         return tensor_digest(self)
 
     def numpy(self) -> np.ndarray:
-        """A fresh read-only NumPy view of the tensor (zero-copy).
+        """A fresh read-only NumPy view of the tensor (zero-copy: the memory is shared).
 
         Each call returns a new array over a new flat array of the same memory (its
         ``.base``): changing their ``shape``, ``dtype`` or ``strides``, or even their
         ``__setstate__``, changes only them. Neither can be made writable, nor can
         anything reachable from them through public attributes (see the class docstring).
+
+        Not for handing to PyTorch: ``torch.from_numpy(t.numpy())`` ignores the read-only
+        flag (it only warns), so a write through the torch tensor changes this tensor
+        and every view of its storage, and crashes on a memory-mapped file. Copy
+        instead: ``torch.tensor(t)``, ``torch.from_dlpack(t)``, ``torch.as_tensor(t)``
+        or ``np.array(t)`` each give memory the caller owns.
         """
         return fresh_view(self._array)
 
