@@ -6,6 +6,7 @@ and subnormals all occur.
 
 from __future__ import annotations
 
+import decimal
 import math
 import operator
 import re
@@ -37,6 +38,15 @@ def _key(value: Any) -> tuple[int, Fraction] | None:
     """An exact sort key (None for NaN): infinities below / above every Fraction."""
     if isinstance(value, S):
         value = value.value
+    if isinstance(value, np.generic):
+        # ml_dtypes' floats are kind "V", not np.floating
+        value = float(value) if value.dtype.kind in "fV" else int(value)
+    elif isinstance(value, Decimal):
+        if value.is_nan():
+            return None
+        if value.is_infinite():
+            return (-1 if value.is_signed() else 1, Fraction(0))
+        return (0, Fraction(value))
     if isinstance(value, float):
         if math.isnan(value):
             return None
@@ -45,14 +55,29 @@ def _key(value: Any) -> tuple[int, Fraction] | None:
     return (0, Fraction(value))
 
 
-def _others() -> hs.SearchStrategy[Any]:
+_NUMPY_NUMBERS = hs.one_of(
+    hs.integers(-(2**63), 2**63 - 1).map(np.int64),
+    hs.integers(0, 2**64 - 1).map(np.uint64),
+    hs.floats(width=16).map(np.float16),
+    hs.floats(width=32).map(np.float32),
+    hs.floats().map(np.float64),
+    hs.booleans().map(np.bool_),
+)
+
+
+def _numbers() -> hs.SearchStrategy[Any]:
     return hs.one_of(
         hs.integers(-(2**70), 2**70),
         hs.floats(allow_nan=True, allow_infinity=True),
         hs.fractions(),
         hs.booleans(),
-        scalars(),
+        hs.decimals(allow_nan=True, allow_infinity=True),  # sNaN included
+        _NUMPY_NUMBERS,
     )
+
+
+def _others() -> hs.SearchStrategy[Any]:
+    return _numbers() | scalars()
 
 
 @settings(max_examples=400, deadline=None)
@@ -87,14 +112,127 @@ def test_ordering_examples() -> None:
         S(D.U8, 0),
         S(D.I8, 3),
     ]
-    for other in ("1", None, [1], Decimal(1), 1j):
+    assert S(D.F32, 0.1) > Decimal("0.1") and S(D.F64, 0.1) >= Decimal.from_float(0.1) > Decimal(
+        "0.1"
+    )
+    for other in ("1", None, [1], 1j, np.complex64(1)):
         with pytest.raises(TypeError):
             _ = S(D.I8, 1) < other  # type: ignore[operator]
 
 
-def test_hash_still_agrees_with_equality() -> None:
-    assert hash(S(D.F32, "nan")) == hash(S(D.F32, "-nan"))
+# -- equality and hash against plain numbers -------------------------------------------
+
+
+@hs.composite
+def _spellings(draw: hs.DrawFn, scalar: st.Scalar) -> Any:
+    """A plain number built from the scalar's value: an exact spelling or a near miss."""
+    value = scalar.value
+    finite = not isinstance(value, float) or math.isfinite(value)
+    forms: list[Any] = [value, float(value), np.float64(value), Decimal(value)]
+    if finite:
+        exact = Fraction(value)
+        step = Fraction(draw(hs.sampled_from([-1, 1])), 2 ** draw(hs.integers(0, 1100)))
+        forms += [exact, exact + step, Decimal(value) + Decimal("1e-800")]
+        if scalar.dtype.is_float:
+            forms.append(Decimal(str(scalar)))  # the shortest text: exact only sometimes
+        if exact.denominator == 1:
+            forms += [int(exact), int(exact) + draw(hs.sampled_from([-1, 1]))]
+        if abs(exact) < 2**63:
+            forms.append(np.int64(math.trunc(exact)))
+    if scalar.dtype.numpy.kind == "V" or scalar.dtype in (D.F16, D.F32):
+        forms.append(scalar.dtype.numpy.type(value))  # its own NumPy / ml_dtypes scalar
+    return draw(hs.sampled_from(forms))
+
+
+def _equal_numbers(mine: Any, theirs: Any) -> bool:
+    a, b = _key(mine), _key(theirs)
+    return a is not None and b is not None and a == b
+
+
+@settings(max_examples=600, deadline=None)
+@given(hs.data(), scalars())
+def test_equality_with_numbers_is_exact(data: hs.DataObject, scalar: st.Scalar) -> None:
+    """Against Fraction as the oracle; near misses are a 2**-1100 step or a text rounding."""
+    other = data.draw(_spellings(scalar) | _numbers())
+    expected = _equal_numbers(scalar, other)
+    assert (scalar == other) is expected, (scalar, other)
+    assert (scalar != other) is not expected
+    assert bool(other == scalar) is expected and bool(other != scalar) is not expected
+    if expected:
+        assert hash(scalar) == hash(other)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scalars())
+def test_hash_is_the_value_hash(scalar: st.Scalar) -> None:
+    value = scalar.value
+    if isinstance(value, float) and math.isnan(value):
+        assert hash(scalar) == hash(S(D.F64, "nan")) == hash(S(D.BF16, "-nan"))
+    else:
+        assert hash(scalar) == hash(value) == hash(Decimal(value))
+        assert {value: "number"}[scalar] == "number" and {scalar: "scalar"}[value] == "scalar"
+
+
+def test_equality_with_numbers_examples() -> None:
+    assert S(D.F32, 0.1) != 0.1 and S(D.F64, 0.1) == 0.1 and S(D.F32, 0.5) == 0.5
+    assert S(D.F32, -0.0) == 0 and 0.0 == S(D.F32, -0.0)  # noqa: SIM300
+    assert S(D.F32, -0.0) == Decimal("-0")
+    nan = S(D.F32, "nan")
+    for other in (math.nan, Decimal("NaN"), Decimal("sNaN"), Decimal("-sNaN"), np.float32("nan")):
+        assert nan != other and not (nan == other) and other != nan  # noqa: SIM201
+    assert S(D.F64, 2.0**63) == 2**63 and S(D.F64, 2.0**63) != 2**63 + 1
+    assert S(D.U64, 2**64 - 1) != float(2**64) and S(D.U64, 2**64 - 1) == 2**64 - 1
+    assert S(D.I64, 2**53 + 1) != 2.0**53 and S(D.I64, 2**53 + 1) == Decimal(2**53 + 1)
+    assert S(D.F64, 0.1) == Fraction(0.1) and S(D.F64, 0.1) != Fraction(1, 10)
+    assert S(D.F64, 0.1) != Decimal("0.1") and S(D.F64, 0.1) == Decimal.from_float(0.1)
+    assert S(D.BF16, 1.5) == 1.5 and S(D.BF16, 0.1) != 0.1 and S(D.BF16, 0.1) == 0.10009765625
+    assert S(D.F16, 65504) == 65504 and S(D.F16, 0.1) == np.float16(0.1) and S(D.F16, 0.1) != 0.1
+    assert S(D.F8_E4M3, 448) == 448 and S(D.F8_E5M2, "inf") == math.inf == Decimal("Inf")
+    assert S(D.F8_E8M0, 2.0**-127) == Fraction(1, 2**127) and S(D.F8_E8M0, 1.0) == True  # noqa: E712
+    assert S(D.BOOL, True) == 1 and S(D.BOOL, False) == 0.0 and S(D.BOOL, True) != 2
+    assert S(D.F64, 1e308) != Decimal("1e999999999") and S(D.F64, 1e308) < Decimal("1e999999999")
+    assert S(D.F64, 5e-324) > Decimal("1e-999999999") > S(D.F64, -0.0)
+    assert S(D.I8, 3) == np.int8(3) and np.uint64(3) == S(D.I8, 3)
+    assert S(D.F64, 1) == np.longdouble(1) and S(D.F64, 0.5) != np.longdouble(0.5) + 2**-60
+    # Not transitive across dtypes: each Scalar equals the number, not the other Scalar.
+    assert S(D.F32, 1.0) == 1 == S(D.F64, 1.0) and S(D.F32, 1.0) != S(D.F64, 1.0)
+    # Anything else is not equal (and never raises).
+    for other in ("1", b"1", None, [1], (1,), 1 + 0j, np.complex64(1), st.tensor(1, D.I8)):
+        assert S(D.I8, 1) != other and not (S(D.I8, 1) == other)  # noqa: SIM201
+        assert other != S(D.I8, 1)
+
+
+def test_a_reduction_compares_with_a_number() -> None:
+    t = st.tensor([[-1.5, 0.0], [-0.0, -2.0]], D.F32)
+    assert t.max() == 0 and t.min() == -2 and t.min() != -2.5 and t.sum() == Fraction(-7, 2)
+    assert st.tensor([0.1], D.F32).max() != 0.1 and st.tensor([0.1], D.F32).max() > 0.1
+    assert st.tensor([3, 4], D.I64).argmax() == 1 and st.tensor([True], D.BOOL).all() == True  # noqa: E712
+    assert st.tensor([math.nan, 1.0], D.F64).max() != math.nan
+
+
+def test_hash_agrees_with_equality() -> None:
+    assert hash(S(D.F32, "nan")) == hash(S(D.F32, "-nan")) == hash(S(D.F8_E5M2, "nan"))
     assert {S(D.F32, 1.0), S(D.F64, 1.0), S(D.F32, 1.0)} == {S(D.F32, 1.0), S(D.F64, 1.0)}
+    # A Scalar and an equal number are one dict key / set member.
+    assert {1: "one"}[S(D.F32, 1.0)] == "one" and {S(D.I8, 0): "zero"}[0.0] == "zero"
+    assert len({S(D.F32, 0.5), 0.5, Fraction(1, 2), Decimal("0.5")}) == 1
+    assert S(D.F32, 0.1) not in {0.1} and S(D.F64, 0.1) in {0.1}
+    # Unequal Scalars may share a hash: -0.0 and 0.0 are two set members all the same.
+    assert hash(S(D.F32, -0.0)) == hash(S(D.F32, 0.0)) and len({S(D.F32, -0.0), S(D.F32, 0.0)}) == 2
+
+
+def test_decimal_comparisons_ignore_the_context_traps() -> None:
+    with decimal.localcontext() as context:
+        context.traps[decimal.FloatOperation] = True
+        context.traps[decimal.InvalidOperation] = True
+        context.prec = 3
+        exact = Decimal.from_float(0.1)  # the value of F64's 0.1, every digit
+        assert S(D.F64, 0.1) < Decimal("0.1000000000000000056") and S(D.F64, 0.1) == exact
+        assert S(D.F64, 12345.5) > Decimal("12345") and S(D.F64, 12345.5) != Decimal("12346")
+        for nan in (Decimal("NaN"), Decimal("-sNaN")):
+            for compare in (*_ORDER, operator.eq):
+                assert compare(S(D.F32, 1.0), nan) is False and compare(nan, S(D.F32, 1.0)) is False
+            assert compare(S(D.F32, "nan"), Decimal(1)) is False
 
 
 @settings(max_examples=300, deadline=None)

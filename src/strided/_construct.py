@@ -8,8 +8,8 @@ as a tensor's storage.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable, Iterator
-from itertools import chain, islice
+from collections.abc import Iterable
+from itertools import islice
 from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
@@ -17,16 +17,20 @@ import numpy as np
 from ._convert import convert_array
 from ._dtype import DType
 from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
-from ._limits import MAX_RANK, check_dims
+from ._limits import check_dims
 from ._scalar import Scalar
 from ._shape import Shape
 
 __all__ = [
-    "NumericRows",
+    "BLOCK",
     "ReadOnlyMemory",
+    "allocate",
     "borrow",
+    "bulk_numbers",
+    "convert_values",
+    "exact_values",
     "fresh_view",
-    "nested_shape",
+    "leaf_types",
     "python_values",
     "seal",
     "shaped",
@@ -223,33 +227,66 @@ def storage_from_values(
 ) -> np.ndarray:
     """A flat array of ``values`` converted exactly (as ``Scalar(dtype, v)``).
 
-    Python ints, floats and bools (``NumericRows``, or a list of them) are converted in
-    bulk when the bulk result is provably the exact one; anything else, and any bulk
-    conversion that fails or cannot be proven exact, goes value by value.
+    The result is allocated first (``allocate``: LimitError when it cannot be), then
+    filled from the iterable in blocks of at most ``BLOCK`` values, so the temporaries
+    stay small and at most ``numel + 1`` values are ever taken from an endless iterable.
+    A block of Python ints, floats and bools converts in bulk when the bulk result is
+    provably the exact one; anything else goes value by value. Too few or too many
+    values is ShapeError, found when the walk reaches the end (a value that does not
+    convert, earlier on, raises first).
     """
-    numel = 1
-    for dim in dims:
-        numel *= dim
-    if isinstance(values, NumericRows):
-        fast = _bulk_numbers(dtype, values, numel)
-        if fast is not None:
-            return fast
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise FormatError(
             f"from_scalars: values must be an iterable, found {type(values).__name__}"
         )
-    # Take at most numel + 1 items, so an endless or huge iterable cannot exhaust memory.
-    taken = list(islice(values, numel + 1))
-    if len(taken) != numel:
-        found = f"more than {numel}" if len(taken) > numel else str(len(taken))
+    out = allocate(dtype, dims, "from_scalars")
+    numel = out.size
+    source = iter(values)
+    done = 0
+    while done < numel:
+        block = list(islice(source, min(BLOCK, numel - done)))
+        if not block:
+            break
+        out[done : done + len(block)] = convert_values(dtype, block)
+        done += len(block)
+    if done < numel or next(source, _END) is not _END:
+        found = str(done) if done < numel else f"more than {numel}"
         raise ShapeError(f"from_scalars: shape {list(dims)} needs {numel} values, found {found}")
-    if not isinstance(values, NumericRows):
-        types = set(map(type, taken))
-        if types <= _NUMBERS:
-            fast = _bulk_numbers(dtype, NumericRows([taken], frozenset(types)), numel)
-            if fast is not None:
-                return fast
-    exact = [Scalar(dtype, value).value for value in taken]
+    return out
+
+
+def allocate(dtype: DType, dims: tuple[int, ...], what: str) -> np.ndarray:
+    """An uninitialized flat array for ``dims`` (limits already checked) of ``dtype``.
+
+    A MemoryError becomes a LimitError naming the shape and the bytes it needs, so a
+    result too large for the process fails before any value is converted.
+    """
+    numel = 1
+    for dim in dims:
+        numel *= dim
+    try:
+        return np.empty(numel, dtype=dtype.numpy)
+    except MemoryError:
+        size = numel * dtype.itemsize
+        raise LimitError(
+            f"{what}: shape {list(dims)} of {dtype.name} needs {size} bytes "
+            f"({size / 2**30:.1f} GiB), more than this process can allocate"
+        ) from None
+
+
+def convert_values(dtype: DType, values: list[Any]) -> np.ndarray:
+    """A flat array of ``values``, each converted exactly as ``Scalar(dtype, v)``."""
+    types = set(map(type, values))
+    if types <= _NUMBERS:
+        fast = bulk_numbers(dtype, [values], frozenset(types), len(values))
+        if fast is not None:
+            return fast
+    return exact_values(dtype, values)
+
+
+def exact_values(dtype: DType, values: list[Any]) -> np.ndarray:
+    """A flat array of ``values``, each converted as ``Scalar(dtype, v)``, one by one."""
+    exact = [Scalar(dtype, value).value for value in values]
     return np.array(
         exact, dtype=dtype.numpy if dtype.is_integer or dtype is DType.BOOL else np.float64
     ).astype(dtype.numpy, copy=False)
@@ -257,42 +294,28 @@ def storage_from_values(
 
 # -- bulk conversion of Python numbers ------------------------------------------------
 
+BLOCK = 1 << 16
+"""Values converted at a time when a result is filled block by block."""
+_END = object()
 _NUMBERS = frozenset({int, float, bool})
-_CONTAINERS = frozenset({list, tuple})
 # NumPy rounds a Python float (a double) once, correctly, into these dtypes.
 _DIRECT_FLOATS = (DType.F64, DType.F32, DType.F16)
 _EXACT_INTS = 2.0**53  # below this magnitude every int is exactly a float64
 
 
-class NumericRows:
-    """The leaves of regular nested lists whose innermost lists hold only Python numbers.
+def bulk_numbers(
+    dtype: DType, rows: list[Any], types: frozenset[type], numel: int
+) -> np.ndarray | None:
+    """The exact flat array of the numbers in ``rows`` in ``dtype``, or None.
 
-    ``rows`` are the innermost lists or tuples (all of one length; the containers above
-    them are exactly lists or tuples too), ``types`` the leaf types found (a subset of
-    int, float, bool: exact types, no subclasses). Iterating yields the leaves in
-    row-major order, as the value-by-value path takes them; ``storage_from_values``
-    converts the rows in bulk instead.
-    """
-
-    __slots__ = ("rows", "types")
-
-    def __init__(self, rows: list[Any], types: frozenset[type]) -> None:
-        self.rows = rows
-        self.types = types
-
-    def __iter__(self) -> Iterator[object]:
-        return chain.from_iterable(self.rows)
-
-
-def _bulk_numbers(dtype: DType, values: NumericRows, numel: int) -> np.ndarray | None:
-    """The exact flat array of ``values`` in ``dtype``, or None to go value by value.
-
-    None whenever a value does not convert (out of range, not integral, overflow: the
-    value-by-value path then raises its own error) or exactness is not proven.
+    ``rows`` are exact lists or tuples, all of one length, of exactly the Python number
+    types ``types`` (a subset of int, float, bool). None (go value by value) whenever a
+    value does not convert (out of range, not integral, overflow: the value-by-value
+    path then raises its own error) or exactness is not proven.
     """
     try:
         with np.errstate(all="ignore"):  # every conversion below is checked explicitly
-            flat = _convert_rows(dtype, values.rows, values.types)
+            flat = _convert_rows(dtype, rows, types)
     except (DataError, OverflowError, ValueError, TypeError):
         return None
     if flat is None or flat.size != numel:
@@ -348,41 +371,7 @@ def python_values(array: np.ndarray, dtype: DType) -> Any:
 _ML_DTYPES = frozenset(dtype for dtype in DType if dtype.numpy.kind == "V")
 
 
-def nested_shape(values: object) -> tuple[tuple[int, ...], Iterable[object]]:
-    """The shape and row-major leaves of nested lists/tuples, without recursion.
-
-    The leaves are a list, or ``NumericRows`` when every container is exactly a list or
-    tuple and every leaf exactly an int, float or bool (then they convert in bulk).
-    """
-    dims: list[int] = []
-    level: list[object] = [values]
-    plain = True  # every container so far is exactly a list or a tuple
-    while True:
-        sequences = [isinstance(item, (list, tuple)) for item in level]
-        if not any(sequences):
-            return check_dims(dims), level
-        if not all(sequences):
-            raise ShapeError(f"tensor: ragged nesting at depth {len(dims)}")
-        lengths = {len(item) for item in level}  # type: ignore[arg-type]
-        if len(lengths) != 1:
-            raise ShapeError(
-                f"tensor: ragged nesting at depth {len(dims)}: lengths {sorted(lengths)[:4]}"
-            )
-        if len(dims) >= MAX_RANK:
-            raise LimitError(f"tensor: nesting deeper than MAX_RANK ({MAX_RANK})")
-        dims.append(lengths.pop())
-        if dims[-1] == 0:
-            # An empty level: nothing below it, so the remaining shape is what we have.
-            return check_dims(dims), []
-        plain = plain and set(map(type, level)) <= _CONTAINERS
-        types = _leaf_types(level) if plain else None
-        if types is not None:
-            # The next level would be all leaves: no sequence there, so this is the shape.
-            return check_dims(dims), NumericRows(level, types)
-        level = [leaf for item in level for leaf in item]  # type: ignore[attr-defined]
-
-
-def _leaf_types(rows: list[Any]) -> frozenset[type] | None:
+def leaf_types(rows: list[Any]) -> frozenset[type] | None:
     """The types in ``rows`` when they are all exactly int, float or bool, else None."""
     found: set[type] = set()
     for row in rows:

@@ -54,7 +54,10 @@ class InteropMethods(TensorInternals):
     """Mixin of Tensor: the NumPy and DLPack protocols.
 
     * ``np.asarray(t)`` / ``t.__array__()``: a fresh read-only zero-copy view;
-      ``__array__(copy=True)`` or another ``dtype``: a fresh writable copy.
+      ``np.array(t)``, ``__array__(copy=True)`` or another ``dtype``: a fresh writable
+      copy. PyTorch ignores NumPy's read-only flag, so ``torch.from_numpy(np.asarray(t))``
+      (or of ``t.numpy()``) could write into the tensor: hand tensors to PyTorch with
+      ``torch.tensor(t)``, ``torch.from_dlpack(t)`` or ``torch.as_tensor(t)`` (copies).
     * ``t.__dlpack__()``: by default a fresh copy the consumer owns (``torch.from_dlpack``,
       ``torch.as_tensor``, ``torch.tensor``, ``np.from_dlpack``, ``jax.dlpack``);
       ``copy=False``: the memory itself, read-only flagged (see ``__dlpack__``).
@@ -130,7 +133,14 @@ class InteropMethods(TensorInternals):
         """NumPy 2's protocol: by default a fresh read-only zero-copy view (new array
         objects each call, never writable); with ``copy=True`` or another ``dtype`` a
         fresh writable copy the caller owns. ``copy=False`` with a dtype change is
-        ValueError, as NumPy's protocol requires."""
+        ValueError, as NumPy's protocol requires.
+
+        So ``np.asarray(t)`` shares the tensor's memory, read-only, and ``np.array(t)``
+        copies. The view is safe in NumPy, but not through ``torch.from_numpy``, which
+        ignores the read-only flag (it only warns): writing into
+        ``torch.from_numpy(np.asarray(t))`` changes the tensor, and crashes on a
+        memory-mapped file. Use ``torch.tensor(t)``, ``torch.from_dlpack(t)``,
+        ``torch.as_tensor(t)`` or ``torch.from_numpy(np.array(t))``: each copies."""
         if dtype is not None and np.dtype(dtype) != self._array.dtype:
             if copy is False:
                 raise ValueError("__array__: a copy is needed to change the dtype")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, NoReturn
 
@@ -112,6 +113,34 @@ def _exact_number(value: object) -> int | float | Fraction:
     )
 
 
+_NAN_HASH = 0x5CA1A7
+"""The hash of every NaN Scalar (hash(nan) is per object, so the value's cannot serve)."""
+
+
+def _exact_pair(value: PyValue, other: object) -> tuple[Any, Any] | None:
+    """``value`` and ``other`` as two numbers Python compares exactly, or None.
+
+    None when ``other`` is not a plain number (so the comparison is NotImplemented).
+    Python compares int, float and Fraction exactly among themselves; a Decimal is
+    compared as a Decimal, against the Scalar's value converted exactly (so a Decimal's
+    huge exponent costs nothing and the context's traps never fire). A NaN on either
+    side of a Decimal comparison gives a pair of float NaNs: every comparison False,
+    where Decimal's own ordering would raise InvalidOperation.
+    """
+    if isinstance(other, Scalar):
+        return value, other._value
+    if isinstance(other, Fraction):
+        return value, other
+    if isinstance(other, Decimal):
+        if other.is_nan() or value != value:
+            return math.nan, math.nan
+        return Decimal.from_float(value), other
+    try:
+        return value, _exact_number(other)
+    except DTypeError:
+        return None
+
+
 def _fit_int(dtype: DType, number: int) -> PyValue:
     low, high = _INT_RANGE[dtype]
     if not low <= number <= high:
@@ -162,13 +191,26 @@ class Scalar:
     of another dtype, a non-DType ``dtype``, and any other value type (None, complex,
     bytes, Fraction, lists, 0-d arrays, ...) are DTypeError.
 
-    Equality is structural: same dtype and same value, ``-0.0 != 0.0`` and every NaN
-    equals every NaN; a Scalar never equals a non-Scalar (compare ``s.value``), and the
-    hash agrees. Ordering (``<``, ``<=``, ``>``, ``>=``) is numeric and exact, against
-    Python ints, floats and Fractions, NumPy scalars and Scalars of any dtype:
-    ``Scalar(F32, 0.1) > 0.1`` is True (F32's 0.1 is 0.100000001490116...); any NaN
-    compares False; infinities order as usual; BOOL counts as 0 and 1, as Python's bool
-    does. So ``Scalar(F32, 1.0) <= Scalar(F64, 1.0)`` holds though the two are not equal.
+    Equality between Scalars is structural: same dtype and same value, ``-0.0 != 0.0``
+    and every NaN equals every NaN. Against a plain number (int, float, bool,
+    ``fractions.Fraction``, ``decimal.Decimal``, a NumPy or ml_dtypes number) a Scalar
+    compares by exact value, as ordering does: ``t.max() == 0`` works,
+    ``Scalar(F32, 0.1) == 0.1`` is False (F32's 0.1 is 0.100000001490116...),
+    ``Scalar(F32, -0.0) == 0`` is True, a NaN Scalar equals no number, and huge ints,
+    Fractions and Decimals compare exactly (``Scalar(F64, 2.0**63) == 2**63 + 1`` is
+    False). Equality with numbers is therefore not transitive across dtypes:
+    ``Scalar(F32, 1.0) == 1 == Scalar(F64, 1.0)``, yet the two Scalars differ. Anything
+    else (str, None, complex, a Tensor, ...) is not equal. ``hash(s) == hash(s.value)``
+    for every non-NaN Scalar, so a Scalar and an equal number share a dict slot (and two
+    unequal Scalars such as F32 ``-0.0`` and ``0.0``, or F32 and F64 ``1.0``, may share a
+    hash); every NaN Scalar hashes to one fixed constant.
+
+    Ordering (``<``, ``<=``, ``>``, ``>=``) is numeric and exact, against the same plain
+    numbers and Scalars of any dtype: ``Scalar(F32, 0.1) > 0.1`` is True; any NaN
+    (a NaN Decimal, quiet or signalling, included) compares False and never raises;
+    infinities order as usual; BOOL counts as 0 and 1, as Python's bool does. So
+    ``Scalar(F32, 1.0) <= Scalar(F64, 1.0)`` holds though the two are not equal.
+    Comparisons with Decimals do not depend on the ``decimal`` context (no trap fires).
 
     As a number: ``float(s)`` is the exact value for floats and the nearest float for
     integers (as ``float(int)``); ``int(s)`` truncates floats toward zero as ``int()``
@@ -240,51 +282,44 @@ class Scalar:
         return f"Scalar({self._dtype.name}, {self})"
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Scalar):
-            return NotImplemented
-        if self._dtype is not other._dtype:
-            return False
-        a, b = self._value, other._value
-        if isinstance(a, float):
-            if a != a:
-                return b != b
-            return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-        return a == b
+        if isinstance(other, Scalar):
+            if self._dtype is not other._dtype:
+                return False
+            a, b = self._value, other._value
+            if isinstance(a, float):
+                if a != a:
+                    return b != b
+                return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+            return a == b
+        pair = _exact_pair(self._value, other)
+        return NotImplemented if pair is None else bool(pair[0] == pair[1])
 
     def __hash__(self) -> int:
         value = self._value
         if value != value:  # hash(nan) is per object; every NaN Scalar must hash alike
-            return hash((self._dtype, "nan"))
-        return hash((self._dtype, value))
+            return _NAN_HASH
+        # Python's numeric hash: equal to the hash of every equal int, float, Fraction
+        # and Decimal, as equality with numbers requires.
+        return hash(value)
 
     def __format__(self, spec: str) -> str:
         return format_scalar(self, spec)
 
-    def _order(self, other: object) -> tuple[PyValue, PyValue | Fraction] | None:
-        if isinstance(other, Scalar):
-            return self._value, other._value
-        if isinstance(other, Fraction):
-            return self._value, other
-        try:
-            return self._value, _exact_number(other)
-        except DTypeError:
-            return None
-
     def __lt__(self, other: object) -> bool:
-        pair = self._order(other)
-        return NotImplemented if pair is None else pair[0] < pair[1]
+        pair = _exact_pair(self._value, other)
+        return NotImplemented if pair is None else bool(pair[0] < pair[1])
 
     def __le__(self, other: object) -> bool:
-        pair = self._order(other)
-        return NotImplemented if pair is None else pair[0] <= pair[1]
+        pair = _exact_pair(self._value, other)
+        return NotImplemented if pair is None else bool(pair[0] <= pair[1])
 
     def __gt__(self, other: object) -> bool:
-        pair = self._order(other)
-        return NotImplemented if pair is None else pair[0] > pair[1]
+        pair = _exact_pair(self._value, other)
+        return NotImplemented if pair is None else bool(pair[0] > pair[1])
 
     def __ge__(self, other: object) -> bool:
-        pair = self._order(other)
-        return NotImplemented if pair is None else pair[0] >= pair[1]
+        pair = _exact_pair(self._value, other)
+        return NotImplemented if pair is None else bool(pair[0] >= pair[1])
 
     def __int__(self) -> int:
         value = self._value

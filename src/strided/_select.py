@@ -16,11 +16,12 @@ import numpy as np
 
 from ._base import TensorInternals
 from ._checked import first_index
-from ._construct import NumericRows, nested_shape
+from ._construct import allocate, leaf_types
 from ._dtype import DType
 from ._errors import DTypeError, IndexingError, ShapeError
 from ._limits import MAX_RANK, check_dims, describe, int_text
 from ._memory import guard_function
+from ._nested import blocks, check_values, probe_shape
 from ._scalar import Scalar
 
 if TYPE_CHECKING:
@@ -96,20 +97,27 @@ def _index_array(indices: object, length: int, place: str) -> np.ndarray:
 
 
 def _list_indices(indices: list[Any] | tuple[Any, ...], length: int, place: str) -> np.ndarray:
-    dims, leaves = nested_shape(indices)
-    if isinstance(leaves, NumericRows) and leaves.types == _INT_ONLY:
-        try:
-            return np.array(leaves.rows, dtype=np.int64).reshape(dims)  # the bulk path
-        except OverflowError:
-            pass  # an int beyond 64 bits: the value-by-value path names it
-    values = [_as_index(leaf) for leaf in leaves]
-    for i, value in enumerate(values):
-        if not -length <= value < length:
-            raise IndexingError(
-                f"take: index {int_text(value)} at position {list(_unravel(i, dims))} is out "
-                f"of range for {place} of length {length}"
-            )
-    return np.array(values, dtype=np.int64).reshape(dims)
+    dims = probe_shape(indices, "take")
+    chosen = allocate(DType.I64, dims, "take")
+    for start, rows in blocks(indices, dims, "take"):
+        count = len(rows) * dims[-1]
+        if leaf_types(rows) == _INT_ONLY:
+            try:
+                chosen[start : start + count] = np.array(rows, dtype=np.int64).reshape(-1)
+                continue  # the bulk path; _check_range checks every index afterwards
+            except OverflowError:
+                pass  # an int beyond 64 bits: the value-by-value path names it
+        check_values(rows, start, dims, "take")
+        for i, leaf in enumerate(leaf for row in rows for leaf in row):
+            value = _as_index(leaf)
+            if not -length <= value < length:
+                raise IndexingError(
+                    f"take: index {int_text(value)} at position "
+                    f"{list(_unravel(start + i, dims))} is out of range for {place} of "
+                    f"length {length}"
+                )
+            chosen[start + i] = value
+    return chosen.reshape(dims)
 
 
 _INT_ONLY = frozenset({int})

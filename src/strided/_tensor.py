@@ -29,7 +29,6 @@ from ._arith import ArithMethods
 from ._construct import (
     check_numpy_input,
     fresh_view,
-    nested_shape,
     python_values,
     seal,
     shaped,
@@ -43,6 +42,7 @@ from ._inspect import InspectMethods
 from ._interop import InteropMethods, foreign_hint
 from ._limits import check_dims, int_text
 from ._memory import guard_function, view_only
+from ._nested import storage_from_nested
 from ._reduce import ReduceMethods
 from ._scalar import Scalar
 from ._select import SelectMethods, masked
@@ -139,6 +139,12 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
             owned = np.array(owned, order="C")  # a copy (rank 0 stays rank 0)
         return cls._wrap(shaped(seal(owned), owned.shape))
 
+    @classmethod
+    def _adopt_flat(cls, flat: np.ndarray, dims: tuple[int, ...]) -> Tensor:
+        """Trusted: a fresh flat array that owns its memory (``allocate``'s, filled) and
+        that no one else holds becomes a tensor of ``dims``, sealed, without a copy."""
+        return cls._wrap(shaped(seal(flat), dims))
+
     # -- construction --------------------------------------------------------------
 
     @classmethod
@@ -164,11 +170,14 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
     ) -> Tensor:
         """A tensor of ``values`` (flat, row-major), each converted exactly as ``Scalar(dtype, v)``.
 
-        The count must equal the shape's element count (ShapeError otherwise).
+        The count must equal the shape's element count (ShapeError; at most ``numel + 1``
+        values are taken). The result is allocated first (LimitError at once when it
+        cannot be), then filled block by block, so a bad value raises as ``Scalar`` does
+        before a wrong count is noticed. The values are copied.
         """
         dt = as_dtype(dtype)
         dims = check_dims(shape)
-        return cls._adopt(storage_from_values(dt, dims, values).reshape(dims), dt)
+        return cls._adopt_flat(storage_from_values(dt, dims, values), dims)
 
     @classmethod
     def zeros(cls, dtype: DType | str, shape: Iterable[SupportsIndex]) -> Tensor:
@@ -350,12 +359,18 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         return tensor_digest(self)
 
     def numpy(self) -> np.ndarray:
-        """A fresh read-only NumPy view of the tensor (zero-copy).
+        """A fresh read-only NumPy view of the tensor (zero-copy: the memory is shared).
 
         Each call returns a new array over a new flat array of the same memory (its
         ``.base``): changing their ``shape``, ``dtype`` or ``strides``, or even their
         ``__setstate__``, changes only them. Neither can be made writable, nor can
         anything reachable from them through public attributes (see the class docstring).
+
+        Not for handing to PyTorch: ``torch.from_numpy(t.numpy())`` ignores the read-only
+        flag (it only warns), so a write through the torch tensor changes this tensor
+        and every view of its storage, and crashes on a memory-mapped file. Copy
+        instead: ``torch.tensor(t)``, ``torch.from_dlpack(t)``, ``torch.as_tensor(t)``
+        or ``np.array(t)`` each give memory the caller owns.
         """
         return fresh_view(self._array)
 
@@ -596,8 +611,11 @@ def tensor(values: object, dtype: DType | str) -> Tensor:
     """A tensor from nested Python lists (like ``numpy.array``), converted exactly.
 
     Each leaf is converted as ``Scalar(dtype, leaf)``: Python numbers, strings (parsed
-    exactly) or Scalars of ``dtype``. Ragged nesting is ShapeError; nesting deeper than
-    MAX_RANK is LimitError.
+    exactly) or Scalars of ``dtype``; the values are copied. The shape comes from the
+    first element of each level and is checked (deeper than MAX_RANK, over MAX_ELEMENTS,
+    or more memory than can be allocated: LimitError) before any leaf is converted; the
+    leaves are then converted in row-major order as every container is checked, ragged
+    nesting being ShapeError naming the first index that does not fit the shape.
     """
     dt = as_dtype(dtype)
     if isinstance(values, Tensor):
@@ -606,5 +624,5 @@ def tensor(values: object, dtype: DType | str) -> Tensor:
         return values
     if isinstance(values, np.ndarray):
         return Tensor.from_numpy(values, dt)
-    dims, leaves = nested_shape(values)
-    return Tensor.from_scalars(dt, dims, leaves)
+    dims, flat = storage_from_nested(dt, values)
+    return Tensor._adopt_flat(flat, dims)
