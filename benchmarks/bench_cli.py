@@ -1,8 +1,10 @@
-"""The command line on a ~200 MiB checkpoint, against a one-liner with the reference library.
+"""The command line as a person runs it: whole processes, interpreter start-up included.
 
-Both sides are whole processes (interpreter start-up included), as a person runs them:
-``strided inspect`` lists every tensor with sampled statistics; the reference one-liner
-only prints names, dtypes and shapes through ``safetensors.safe_open``.
+Start-up first: ``strided --help``, ``--version`` and ``hash`` of a small file against
+``python -c "import numpy"`` and an ``np.load`` one-liner (what any NumPy tool pays).
+Then a ~200 MiB checkpoint: ``strided inspect`` lists every tensor with sampled
+statistics; the reference one-liner only prints names, dtypes and shapes through
+``safetensors.safe_open``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,33 @@ def _run(*command: str) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
+def _start_up_rows(strided: str, folder: str) -> Iterator[Row]:
+    import numpy as np
+
+    import strided as st
+
+    small = os.path.join(folder, "small.safetensors")
+    values = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    st.save_safetensors(small, {"w": st.Tensor.from_numpy(values), "b": st.tensor([1.0], "F16")})
+    array = os.path.join(folder, "small.npy")
+    np.save(array, values)
+    references = {
+        "import numpy": lambda: _run(sys.executable, "-c", "import numpy"),
+        "np.load one-liner": lambda: _run(sys.executable, "-c", _NP_LOAD, array),
+    }
+    yield Row("strided --help", lambda: _run(strided, "--help"), references)
+    yield Row("strided --version", lambda: _run(strided, "--version"), references)
+    yield Row("strided hash (16 KiB safetensors)", lambda: _run(strided, "hash", small), references)
+
+
+_NP_LOAD = "import sys, numpy as np; print(np.load(sys.argv[1]).sum())"
+
+
 def rows() -> Iterator[Row]:
     strided = str(Path(sys.executable).with_name("strided"))
     folder = tempfile.mkdtemp(prefix="strided-bench-cli-")
     try:
+        yield from _start_up_rows(strided, folder)
         path = os.path.join(folder, "big.safetensors")
         _write_file(path, _TENSORS, 1024)
         size = os.path.getsize(path) >> 20

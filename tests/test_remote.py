@@ -276,7 +276,7 @@ def test_whole_file_commands_stream_bounded_pieces(
     monkeypatch.setattr(_http, "STREAM_CHUNK", 1 << 16)
     args = [command, server.url("big.safetensors")]
     if command == "convert":
-        args.append(str(tmp_path / "out.safetensors"))
+        args += [str(tmp_path / "out.safetensors"), "--overwrite"]  # run twice, below
     assert main(args) == 0  # modules imported, caches warm: what follows is the job's
     tracemalloc.start()
     try:

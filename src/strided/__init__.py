@@ -1,35 +1,48 @@
-"""strided: immutable, exact, strided tensors for machine-learning inference data."""
+"""strided: immutable, exact, strided tensors for machine-learning inference data.
 
-from ._arith import BinaryOp
-from ._checkpoint import Checkpoint, TensorInfo, open_checkpoint
-from ._dtype import DType
-from ._errors import (
-    DataError,
-    DivisionError,
-    DTypeError,
-    FormatError,
-    IndexingError,
-    LimitError,
-    RangeError,
-    ShapeError,
-)
-from ._inspect import TensorInspection, TensorInspectionOptions
-from ._join import concatenate, stack
-from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
-from ._scalar import Scalar
-from ._select import where
-from ._shape import Shape
-from ._tensor import Tensor, tensor
-from .io import (
-    GGUFFile,
-    SafetensorsFile,
-    load_npy,
-    load_safetensors,
-    open_gguf,
-    open_safetensors,
-    save_npy,
-    save_safetensors,
-)
+The public names are loaded on first use (PEP 562): ``import strided`` itself imports
+neither NumPy nor ml_dtypes (the latter alone takes about a second to load), so the
+``strided`` command starts at once and a program pays only for what it touches.
+``from strided import Tensor``, ``strided.Tensor``, ``dir(strided)`` and ``__all__``
+work as for any module, and type checkers see the imports below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._arith import BinaryOp
+    from ._checkpoint import Checkpoint, TensorInfo, open_checkpoint
+    from ._dtype import DType
+    from ._errors import (
+        DataError,
+        DivisionError,
+        DTypeError,
+        FormatError,
+        IndexingError,
+        LimitError,
+        RangeError,
+        ShapeError,
+    )
+    from ._inspect import TensorInspection, TensorInspectionOptions
+    from ._join import concatenate, stack
+    from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
+    from ._scalar import Scalar
+    from ._select import where
+    from ._shape import Shape
+    from ._tensor import Tensor, tensor
+    from .io import (
+        GGUFFile,
+        SafetensorsFile,
+        load_npy,
+        load_safetensors,
+        open_gguf,
+        open_safetensors,
+        save_npy,
+        save_safetensors,
+    )
 
 __version__ = "0.2.0"
 
@@ -68,3 +81,56 @@ __all__ = [
     "tensor",
     "where",
 ]
+
+# The module each public name lives in (the TYPE_CHECKING block above, for people).
+_HOMES = {
+    "BinaryOp": "._arith",
+    "Checkpoint": "._checkpoint",
+    "TensorInfo": "._checkpoint",
+    "open_checkpoint": "._checkpoint",
+    "DType": "._dtype",
+    "DataError": "._errors",
+    "DivisionError": "._errors",
+    "DTypeError": "._errors",
+    "FormatError": "._errors",
+    "IndexingError": "._errors",
+    "LimitError": "._errors",
+    "RangeError": "._errors",
+    "ShapeError": "._errors",
+    "TensorInspection": "._inspect",
+    "TensorInspectionOptions": "._inspect",
+    "concatenate": "._join",
+    "stack": "._join",
+    "MAX_ELEMENTS": "._limits",
+    "MAX_INSPECTION_SAMPLES": "._limits",
+    "MAX_RANK": "._limits",
+    "Scalar": "._scalar",
+    "where": "._select",
+    "Shape": "._shape",
+    "Tensor": "._tensor",
+    "tensor": "._tensor",
+    "GGUFFile": ".io",
+    "SafetensorsFile": ".io",
+    "load_npy": ".io",
+    "load_safetensors": ".io",
+    "open_gguf": ".io",
+    "open_safetensors": ".io",
+    "save_npy": ".io",
+    "save_safetensors": ".io",
+}
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, so a misspelt ``strided.Tensr`` stays an error for them.
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home, __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value

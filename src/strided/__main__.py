@@ -1,4 +1,4 @@
-"""``python -m strided``: the command line (see ``strided._cli``)."""
+"""``python -m strided``: the command line (see ``strided.cli``)."""
 
 import sys
 

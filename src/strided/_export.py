@@ -18,7 +18,6 @@ split, order, or the number of workers.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -39,11 +38,13 @@ from .io._shards import (
     OutputFile,
     Planned,
     Sweeper,
+    check_file_target,
     check_folder_target,
     commit_folder,
     fsync_path,
     index_bytes,
     layout,
+    naming,
     shard_groups,
     shard_name,
 )
@@ -200,50 +201,54 @@ def write_safetensors(
     max_shard_size: int | None,
     runner: Runner,
     report: Callable[[int], None],
+    overwrite: bool = False,
 ) -> list[str]:
     """Write ``items`` of ``checkpoint`` (opened by workers at ``path``) to ``destination``.
 
     Without ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
     Face layout (one ``model.safetensors`` when everything fits one shard). Atomic:
-    nothing appears at ``destination`` unless everything was written. Returns the
-    files written (relative to ``destination`` for a folder).
+    nothing appears at ``destination`` unless everything was written, and a failure
+    leaves nothing behind. ``destination`` must not exist (an empty folder counts as
+    absent) unless ``overwrite``: then a file is replaced by the new file and a shard
+    folder by the new folder, once complete (``check_file_target`` and
+    ``check_folder_target`` say what is refused, as an OSError). Returns the files
+    written (relative to ``destination`` for a folder).
     """
     writer = _Writer(checkpoint, path, runner, report)
     planned = [item.planned for item in items]
     by_name = {item.planned.name: item for item in items}
     if max_shard_size is None:
-        target = os.path.abspath(destination)
-        if os.path.isdir(target):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+        target = check_file_target(destination, overwrite)
         groups = [planned]
     else:
-        target = check_folder_target(destination)
+        target = check_folder_target(destination, overwrite)
         groups = shard_groups(planned, max_shard_size)
     folder = os.path.dirname(target)
     outputs: list[tuple[str, OutputFile]] = []
     runner.start()  # forked workers must not inherit the sweeper's pipe or the outputs
     sweeper = Sweeper()
     try:
-        jobs: list[tuple[OutputFile, int, Item]] = []
-        for number, group in enumerate(groups):
-            shape = layout(group, metadata)
-            name = shard_name(number, len(groups))
-            hidden = os.path.basename(target) if max_shard_size is None else name
-            output = OutputFile(folder, hidden, shape.size, sweeper)
-            outputs.append((name, output))
-            output.write(0, shape.header)
-            jobs.extend((output, shape.offsets[item.name], by_name[item.name]) for item in group)
-        writer.fill(jobs)
-        if max_shard_size is None:
-            outputs[0][1].commit(target)
-            fsync_path(folder)
-            return [target]
-        extra = {INDEX_NAME: index_bytes(groups)} if len(groups) > 1 else {}
-        commit_folder(target, outputs, extra, sweeper)
-        return [name for name, _ in outputs] + list(extra)
-    except OSError as error:
-        # Name the destination, never a temporary file.
-        raise OSError(error.errno, error.strerror or str(error), target) from None
+        with naming(target):  # the destination is named, never a temporary file
+            jobs: list[tuple[OutputFile, int, Item]] = []
+            for number, group in enumerate(groups):
+                shape = layout(group, metadata)
+                name = shard_name(number, len(groups))
+                hidden = os.path.basename(target) if max_shard_size is None else name
+                output = OutputFile(folder, hidden, shape.size, sweeper)
+                outputs.append((name, output))
+                output.write(0, shape.header)
+                jobs.extend(
+                    (output, shape.offsets[item.name], by_name[item.name]) for item in group
+                )
+            writer.fill(jobs)
+            if max_shard_size is None:
+                check_file_target(target, overwrite)  # still free, after the work
+                outputs[0][1].commit(target)
+                fsync_path(folder)
+                return [target]
+            extra = {INDEX_NAME: index_bytes(groups)} if len(groups) > 1 else {}
+            commit_folder(target, outputs, extra, sweeper, overwrite)
+            return [name for name, _ in outputs] + list(extra)
     finally:
         for _, output in outputs:
             output.discard()

@@ -436,7 +436,8 @@ class Runner:
 
 def _context() -> Any:
     """How workers start: forked (fast: nothing to import again) on Linux while this
-    process runs a single thread, else from a fork server that has strided imported,
+    process runs a single thread, else from a fork server that has the readers and the
+    job modules imported (``import strided`` alone loads nothing: its names are lazy),
     else spawned (macOS, Windows).
     """
     methods = multiprocessing.get_all_start_methods()
@@ -444,6 +445,6 @@ def _context() -> Any:
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["numpy", "strided"])
+        context.set_forkserver_preload(["strided._checkpoint", "strided.io", "strided._jobs"])
         return context
     return multiprocessing.get_context("spawn")

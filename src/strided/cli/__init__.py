@@ -4,6 +4,12 @@ Exit status: 0 on success, 1 on bad input (one line on stderr naming the file an
 problem, never a traceback), 2 on bad usage; ``diff`` exits 0 when the checkpoints
 match, 1 when they differ and 2 on trouble. Everything printed that comes from a file
 (names, metadata, messages) is escaped, so a file cannot drive the terminal.
+
+Start-up time: this module imports only the standard library and strided's light
+modules. NumPy, ml_dtypes (about a second to load on its own), the readers and the job
+engine are imported inside the function of the command that runs, so ``--help``,
+``--version`` and usage errors answer at once. That is the reason for every import
+inside a function in this module.
 """
 
 from __future__ import annotations
@@ -12,14 +18,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from .._dtype import DType
 from .._errors import DataError
-from .._jobs import EngineError, JobError
 from .._limits import MAX_INSPECTION_SAMPLES
 from ._text import job_error, one_line, with_path
-from ._verify import CommandFailure
+
+if TYPE_CHECKING:
+    from .._dtype import DType
 
 __all__ = ["main"]
 
@@ -38,12 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--jobs and --scheduler cannot be combined")
     stdout = sys.stdout
     sys.stdout = _Guarded(stdout)
-    from ..io._http import TOKENS_VARIABLE
-
-    remembered = os.environ.get(TOKENS_VARIABLE)
     try:
-        _remember_token(args)
-        status = int(args.run(args))
+        status = _run(args)
         sys.stdout.flush()
         return status
     except BrokenPipeError:
@@ -54,27 +56,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         print(f"strided: <stdout>: {one_line(error.cause)}", file=sys.stderr)
         return 1
-    except CommandFailure as failure:
-        print(f"strided: {failure}", file=sys.stderr)
-        return failure.status
-    except JobError as error:
-        print(f"strided: {job_error(error)}", file=sys.stderr)
-        return 1
-    except EngineError as error:
-        print(f"strided: {one_line(error)}", file=sys.stderr)
-        return 2
-    except (DataError, OSError, UnicodeError) as error:
-        print(f"strided: {with_path(args.path, error)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("strided: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        reported = _reported(args, error)
+        if reported is None:
+            raise
+        message, status = reported
+        print(f"strided: {message}", file=sys.stderr)
+        return status
     finally:
         sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the chosen command, with ``--token`` remembered for its URLs while it runs."""
+    from ..io._http import TOKENS_VARIABLE
+
+    remembered = os.environ.get(TOKENS_VARIABLE)
+    try:
+        _remember_token(args)
+        return int(args.run(args))
+    finally:
         if remembered is None:
             os.environ.pop(TOKENS_VARIABLE, None)
         else:
             os.environ[TOKENS_VARIABLE] = remembered
+
+
+def _reported(args: argparse.Namespace, error: Exception) -> tuple[str, int] | None:
+    """The one line and exit status for an error a command raised; None for a bug."""
+    # Raised by the command that ran, so these modules are loaded already.
+    from .._jobs import EngineError, JobError
+    from ._verify import CommandFailure
+
+    if isinstance(error, CommandFailure):
+        return str(error), error.status
+    if isinstance(error, JobError):
+        return job_error(error), 1
+    if isinstance(error, EngineError):
+        return one_line(error), 2
+    if isinstance(error, (DataError, OSError, UnicodeError)):
+        return with_path(args.path, error), 1
+    return None
 
 
 def _remember_token(args: argparse.Namespace) -> None:
@@ -130,7 +155,11 @@ def _silence_stdout() -> None:
         pass
 
 
-_FORMATS = "safetensors (file, shard folder or index), GGUF, .npy, .npz, PyTorch or .json"
+_PATH = (
+    "a local path or an http(s) URL: safetensors (file, shard folder or index), GGUF, "
+    ".npy, .npz, PyTorch or strided .json"
+)
+_EXIT = "exit status: 0 success, 1 bad input (one line on stderr), 2 bad usage."
 _Commands = Any  # argparse's sub-parser action (a private class)
 
 
@@ -138,7 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="strided",
         description="Inspect, verify, hash, diff and convert checkpoints of every format.",
+        epilog=f"{_EXIT}\n(diff: 0 the same, 1 different, 2 trouble.)\n\n"
+        "'strided COMMAND --help' shows a command's options and an example.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
     commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
     _add_inspect(commands)
     _add_verify_and_hash(commands)
@@ -153,11 +186,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_inspect(commands: _Commands) -> None:
-    from ._inspect import run_inspect
+def _command(
+    commands: _Commands,
+    name: str,
+    summary: str,
+    details: str,
+    example: str,
+    status: str = _EXIT,
+) -> argparse.ArgumentParser:
+    """A sub-command whose help shows its usage, what it does, its exit status and one
+    example (``details`` is wrapped by hand: the formatter keeps it as written)."""
+    return commands.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}.\n\n{details}\n\n{status}",
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
-    inspect = commands.add_parser("inspect", help="list the tensors of a checkpoint, with samples")
-    inspect.add_argument("path", help=_FORMATS)
+
+def _add_inspect(commands: _Commands) -> None:
+    inspect = _command(
+        commands,
+        "inspect",
+        "list the tensors of a checkpoint, with samples",
+        "Name, dtype, shape, bytes and a summary of sampled values per tensor, then the\n"
+        "metadata and totals; reads only headers and samples (--full reads everything).",
+        "strided inspect model.safetensors --group",
+    )
+    inspect.add_argument("path", metavar="PATH", help=_PATH)
     inspect.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     inspect.add_argument("--samples", type=_samples, default=1024, help="samples per tensor")
     inspect.add_argument("--strategy", choices=("head", "spread"), default="head")
@@ -174,36 +231,54 @@ def _add_inspect(commands: _Commands) -> None:
         help="print metadata arrays whole (default: length and first items)",
     )
     _add_jobs(inspect)
-    inspect.set_defaults(run=run_inspect)
+    inspect.set_defaults(run=_run_inspect)
 
 
 def _add_verify_and_hash(commands: _Commands) -> None:
-    from ._hash import run_hash
-    from ._verify import run_verify
-
-    verify = commands.add_parser(
-        "verify", help="validate a checkpoint, scan every element, check a manifest"
+    verify = _command(
+        commands,
+        "verify",
+        "validate a checkpoint, scan every element, check a manifest",
+        "Checks the structure, then scans every element for NaN and infinity; with\n"
+        "--manifest also checks every digest against the output of 'strided hash'.",
+        "strided verify model.safetensors --manifest model.sha256",
+        "exit status: 0 clean, 1 a problem found or bad input, 2 bad usage.",
     )
-    verify.add_argument("path", help=_FORMATS)
+    verify.add_argument("path", metavar="PATH", help=_PATH)
     verify.add_argument(
         "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
     )
     _add_jobs(verify, scheduler=True)
-    verify.set_defaults(run=run_verify)
+    verify.set_defaults(run=_run_verify)
 
-    hashing = commands.add_parser("hash", help="content digests of every tensor and the whole")
-    hashing.add_argument("path", help=_FORMATS)
+    hashing = _command(
+        commands,
+        "hash",
+        "SHA-256 content digests of every tensor and of the whole checkpoint",
+        "Prints 'DIGEST  NAME' per tensor (the sha256sum layout), then the checkpoint's\n"
+        "digest, which depends on neither the file format, the shard split nor the\n"
+        "tensor order.",
+        "strided hash model.safetensors > model.sha256",
+    )
+    hashing.add_argument("path", metavar="PATH", help=_PATH)
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(hashing, scheduler=True)
-    hashing.set_defaults(run=run_hash)
+    hashing.set_defaults(run=_run_hash)
 
 
 def _add_diff(commands: _Commands) -> None:
-    from ._diff import run_diff
-
-    diff = commands.add_parser("diff", help="compare two checkpoints tensor by tensor, exactly")
-    diff.add_argument("path", metavar="A", help=_FORMATS)
-    diff.add_argument("other", metavar="B", help=_FORMATS)
+    diff = _command(
+        commands,
+        "diff",
+        "compare two checkpoints tensor by tensor, exactly",
+        "Tensors are matched by name and compared by value (exact unless --atol,\n"
+        "--rtol or --ulp), whatever the formats and dtypes of the two sides.",
+        "strided diff model.safetensors model.gguf --ulp 1",
+        "exit status: 0 everything compared matches, 1 something differs, 2 bad usage\n"
+        "or unreadable input (the diff and cmp convention).",
+    )
+    diff.add_argument("path", metavar="A", help=_PATH)
+    diff.add_argument("other", metavar="B", help="the checkpoint to compare with (as A)")
     diff.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance")
     diff.add_argument("--rtol", type=_tolerance, default=0.0, help="relative tolerance (of B)")
     diff.add_argument(
@@ -215,18 +290,23 @@ def _add_diff(commands: _Commands) -> None:
     )
     diff.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(diff, scheduler=True)
-    diff.set_defaults(run=run_diff)
+    diff.set_defaults(run=_run_diff)
 
 
 def _add_convert(commands: _Commands) -> None:
-    from ._convert import run_convert
-
-    convert = commands.add_parser(
-        "convert", help="convert a checkpoint to safetensors (file or shards), .npy or .json"
+    convert = _command(
+        commands,
+        "convert",
+        "convert a checkpoint to safetensors (file or shards), .npy or .json",
+        "The format of DST follows its extension. DST must not exist: an existing file\n"
+        "or folder is refused unless --overwrite is given, and then replaced whole\n"
+        "(an empty folder counts as absent). Atomic for every format: the output is\n"
+        "written under a temporary name and renamed; a failure leaves nothing behind.",
+        "strided convert model.gguf model.safetensors --dtype BF16",
     )
-    convert.add_argument("path", metavar="SRC", help=_FORMATS)
+    convert.add_argument("path", metavar="SRC", help=_PATH)
     convert.add_argument(
-        "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (--max-shard-size)"
+        "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (with a shard size)"
     )
     convert.add_argument(
         "--dtype",
@@ -242,8 +322,75 @@ def _add_convert(commands: _Commands) -> None:
         metavar="SIZE",
         help="write a Hugging Face shard folder, shards at most SIZE (5GB, 500MB, 2GiB)",
     )
+    convert.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing DST (a file by a file, a shard folder by a shard folder)",
+    )
     _add_jobs(convert)
-    convert.set_defaults(run=run_convert)
+    convert.set_defaults(run=_run_convert)
+
+
+# Each command's module is imported when the command runs (see the module docstring).
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from ._inspect import run_inspect
+
+    return run_inspect(args)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from ._verify import run_verify
+
+    return run_verify(args)
+
+
+def _run_hash(args: argparse.Namespace) -> int:
+    from ._hash import run_hash
+
+    return run_hash(args)
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    from ._diff import run_diff
+
+    return run_diff(args)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from ._convert import run_convert
+
+    return run_convert(args)
+
+
+class _Version(argparse.Action):
+    """``--version``: prints ``strided X.Y.Z`` and exits 0 (looked up only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> NoReturn:
+        print(f"strided {version()}")
+        parser.exit(0)
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's ``__version__``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("strided")
+    except metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None:
@@ -314,6 +461,8 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
 
 
 def _float_dtype(text: str) -> DType:
+    from .._dtype import DType
+
     try:
         dtype = DType.parse(text)
     except DataError as error:

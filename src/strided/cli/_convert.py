@@ -11,8 +11,10 @@ from .._errors import DataError
 from .._export import plan, text_metadata, write_safetensors
 from .._jobs import Runner, sharing, where
 from .._tensor import Tensor
+from ..io._shards import TargetExists, write_file
+from ..io.npy import npy_writer
 from ._progress import Progress
-from ._text import safe, tensor_error, with_path
+from ._text import one_line, safe, tensor_error, with_path
 from ._verify import CommandFailure
 
 __all__ = ["run_convert", "target_format"]
@@ -22,8 +24,11 @@ def run_convert(args: argparse.Namespace) -> int:
     """Read the tensors of SRC (matching ``--name``) and write DST atomically.
 
     ``--dtype`` converts floating tensors only, as ``module.to(dtype)`` does in PyTorch:
-    integer and BOOL tensors (token ids, masks) are copied unchanged. Nothing is left
-    behind on failure.
+    integer and BOOL tensors (token ids, masks) are copied unchanged. Every format is
+    written under a temporary name and renamed: nothing is left behind on failure, or
+    when the process is killed. DST must not exist (an empty folder counts as absent)
+    unless ``--overwrite``, which replaces a file by a file and a shard folder by a
+    shard folder, once the new one is complete.
     """
     if args.max_shard_size is not None:
         if args.dst.lower().endswith((".npy", ".json")):
@@ -66,10 +71,10 @@ def _write_safetensors(
         try:
             return write_safetensors(
                     checkpoint, path, items, metadata, args.dst, args.max_shard_size, runner,
-                    progress.update,
+                    progress.update, args.overwrite,
                 )  # fmt: skip
         except OSError as error:
-            raise CommandFailure(with_path(args.dst, error)) from None
+            raise CommandFailure(destination_error(args.dst, error)) from None
 
 
 def target_format(path: str) -> str:
@@ -84,33 +89,43 @@ def target_format(path: str) -> str:
     )
 
 
+def destination_error(dst: str, error: OSError) -> str:
+    """One line for an OSError writing ``dst``, named as given on the command line (and
+    the way out when something is in the way)."""
+    text = safe(" ".join((error.strerror or one_line(error)).split()))
+    if isinstance(error, TargetExists):
+        text += " (--overwrite replaces it)"
+    return f"{safe(dst)}: {text}"
+
+
 def _write_one(
     args: argparse.Namespace, checkpoint: Checkpoint, names: list[str], kind: str
 ) -> None:
-    from ..io import save_npy
-    from ..io._common import atomic_write
-
+    """The one selected tensor as ``.npy`` or JSON. The temporary file exists from the
+    start, so the tensor is read and converted while a kill would still sweep it."""
     if len(names) != 1:
         raise CommandFailure(
             f"{safe(args.dst)}: .{kind} holds one tensor; {len(names)} tensors are selected "
             "(pick one with --name)"
         )
     (name,) = names
-    try:
-        tensor: Tensor = checkpoint[name]
-        if args.dtype is not None and tensor.dtype.is_float:
-            tensor = tensor.convert(args.dtype)
-    except DataError as error:
-        raise CommandFailure(tensor_error(args.path, name, error)) from None
-    try:
-        if kind == "npy":
-            save_npy(args.dst, tensor)
-            return
-        text = tensor.to_json().encode()
 
-        def write(handle: IO[bytes]) -> None:
-            handle.write(text)
+    def write(handle: IO[bytes]) -> None:
+        try:
+            tensor: Tensor = checkpoint[name]
+            if args.dtype is not None and tensor.dtype.is_float:
+                tensor = tensor.convert(args.dtype)
+        except (DataError, OSError) as error:
+            raise CommandFailure(tensor_error(args.path, name, error)) from None
+        try:
+            if kind == "npy":
+                npy_writer(tensor)(handle)
+            else:
+                handle.write(tensor.to_json().encode())
+        except DataError as error:
+            raise CommandFailure(with_path(args.dst, error)) from None
 
-        atomic_write(args.dst, write)
-    except (DataError, OSError) as error:
-        raise CommandFailure(with_path(args.dst, error)) from None
+    try:
+        write_file(args.dst, write, args.overwrite)
+    except OSError as error:
+        raise CommandFailure(destination_error(args.dst, error)) from None

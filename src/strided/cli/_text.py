@@ -65,12 +65,20 @@ def with_path(path: str, error: BaseException) -> str:
 
 
 def tensor_error(path: str, name: str, error: BaseException) -> str:
-    """One line naming the file and the tensor once each, whatever the reader said."""
+    """One line naming the file and the tensor once each, whatever the reader said.
+
+    Readers often name both already: ``path: tensor 'w': ...`` is kept as it is, and so
+    is a message naming a file of its own and the tensor (``folder/a.safetensors:
+    tensor 'w': ...`` for a shard of the folder ``path``, or one side of a comparison):
+    that file is the more precise name. Otherwise the missing names are put in front.
+    """
     text = one_line(error)
     shown = safe(path)
+    label = one_line(Exception(f"tensor {name!r}"))
     if text.startswith(shown + ": "):
         text = text[len(shown) + 2 :]
-    label = f"tensor {safe(repr(name))}"
+    elif f": {label}: " in text:
+        return text
     if not text.startswith(label):
         text = f"{label}: {text}"
     return f"{shown}: {text}"

@@ -16,12 +16,20 @@ Commit is atomic: files are written under hidden temporary names beside their ta
 and renamed onto it when complete; a folder is assembled under a hidden temporary name
 from the finished files and renamed onto the target. Temporary files are removed on any
 error, and a small helper process (``Sweeper``) removes them if the writing process is
-killed outright, so an interrupted write leaves nothing behind.
+killed outright, so an interrupted write leaves nothing behind. ``write_file`` does the
+same for a file of any format (``.npy``, JSON).
+
+One rule for what is already there, for files and folders alike: the target must not
+exist (an empty folder counts as absent) unless ``overwrite`` is given; then a file is
+replaced by a file and a shard folder by a shard folder, atomically, and only once the
+new one is complete. A folder holding anything but safetensors shards and their index
+is never replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -30,9 +38,9 @@ import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from .._errors import FormatError, LimitError
 from .._shape import Shape
@@ -46,14 +54,18 @@ __all__ = [
     "OutputFile",
     "Planned",
     "Sweeper",
+    "TargetExists",
+    "check_file_target",
     "check_folder_target",
     "commit_folder",
     "fsync_path",
     "index_bytes",
     "layout",
+    "naming",
     "parse_size",
     "shard_groups",
     "shard_name",
+    "write_file",
 ]
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -338,15 +350,97 @@ def _create_hidden(folder: str, name: str, sweeper: Sweeper) -> tuple[str, int]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.join(folder, name))
 
 
-def check_folder_target(path: str) -> str:
-    """The absolute folder path to create; OSError when something non-empty is there."""
+class TargetExists(FileExistsError):
+    """Something is already where the output goes, and overwriting was not asked for."""
+
+
+def check_file_target(path: str, overwrite: bool = False) -> str:
+    """The absolute path of a file to write; OSError when it cannot be written there.
+
+    A folder at ``path`` is IsADirectoryError (never replaced by a file); anything else
+    there is TargetExists unless ``overwrite``.
+    """
+    target = os.path.abspath(label(path))
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    if not overwrite and os.path.lexists(target):
+        raise TargetExists(errno.EEXIST, "already exists", target)
+    return target
+
+
+def check_folder_target(path: str, overwrite: bool = False) -> str:
+    """The absolute folder path to create; OSError when something is in the way.
+
+    Absent or an empty folder: fine. A non-empty folder: TargetExists unless
+    ``overwrite``, and even then only a folder of safetensors shards and their index
+    may be replaced (anything else there, such as a ``config.json``, is kept and the
+    folder refused). A file or a link there: FileExistsError.
+    """
     target = os.path.abspath(label(path))
     if os.path.lexists(target):
         if not os.path.isdir(target) or os.path.islink(target):
             raise FileExistsError(errno.EEXIST, "exists and is not a folder", target)
-        if os.listdir(target):
-            raise OSError(errno.ENOTEMPTY, "the folder exists and is not empty", target)
+        entries = sorted(os.listdir(target))
+        if entries and not overwrite:
+            raise TargetExists(errno.EEXIST, "the folder exists and is not empty", target)
+        others = [name for name in entries if not _shard_file(target, name)]
+        if others:
+            raise OSError(
+                errno.ENOTEMPTY,
+                f"the folder holds more than safetensors shards ({others[0][:80]!r}); not replaced",
+                target,
+            )
     return target
+
+
+def _shard_file(folder: str, name: str) -> bool:
+    """Whether ``name`` in ``folder`` is a file that a shard folder holds."""
+    path = os.path.join(folder, name)
+    return (
+        name.endswith((".safetensors", ".safetensors.index.json"))
+        and os.path.isfile(path)
+        and not os.path.islink(path)
+    )
+
+
+@contextlib.contextmanager
+def naming(target: str) -> Iterator[None]:
+    """An OSError raised inside names ``target`` (never a temporary file beside it)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename == target:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), target) from None
+
+
+def write_file(path: str, write: Callable[[IO[bytes]], None], overwrite: bool = False) -> None:
+    """Write the file ``path`` through ``write(handle)``: atomically, leaving nothing behind.
+
+    The hidden temporary file beside ``path`` is created before ``write`` runs (so an
+    unwritable folder fails before any work), flushed to disk and renamed onto ``path``
+    when ``write`` returns. It is removed on any error, and by a ``Sweeper`` should this
+    process be killed. ``path`` is checked by ``check_file_target`` (before ``write``
+    and again before the rename). An OSError of the writing names ``path``, never the
+    temporary file; errors raised by ``write`` itself propagate unchanged.
+    """
+    target = check_file_target(path, overwrite)
+    folder, name = os.path.split(target)
+    sweeper = Sweeper()
+    output: OutputFile | None = None
+    try:
+        with naming(target):
+            output = OutputFile(folder, name, 0, sweeper)
+        with os.fdopen(output.fd, "wb", closefd=False) as handle:
+            write(handle)
+        with naming(target):
+            check_file_target(target, overwrite)
+            output.commit(target)
+        fsync_path(folder)
+    finally:
+        if output is not None:
+            output.discard()
+        sweeper.close()
 
 
 def commit_folder(
@@ -354,9 +448,14 @@ def commit_folder(
     files: Sequence[tuple[str, OutputFile]],
     extra: Mapping[str, bytes],
     sweeper: Sweeper,
+    overwrite: bool = False,
 ) -> None:
     """Move finished ``files`` (name, OutputFile) and small ``extra`` files into a hidden
-    folder beside ``target``, then rename that folder onto ``target`` (absent or empty).
+    folder beside ``target``, then rename that folder onto ``target``.
+
+    ``target`` is checked again by ``check_folder_target``. An absent or empty target is
+    replaced by one rename; with ``overwrite`` a shard folder there is exchanged with
+    the new one in one step (Linux; elsewhere two renames) and then removed.
     """
     parent = os.path.dirname(target)
     building = _hidden_name(parent, os.path.basename(target))
@@ -370,10 +469,45 @@ def commit_folder(
             small.write(0, data)
             small.commit(os.path.join(building, name))
         fsync_path(building)
-        os.rename(building, target)  # replaces an empty folder there, atomically
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
+        check_folder_target(target, overwrite)
+        if os.path.isdir(target) and os.listdir(target):
+            # ``building`` now holds the old folder, removed below (or by the sweeper).
+            _exchange(building, target)
+        else:
+            os.rename(building, target)  # replaces an empty folder there, atomically
     finally:
+        shutil.rmtree(building, ignore_errors=True)
         sweeper.forget(building)
     fsync_path(parent)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(new: str, old: str) -> None:
+    """Swap folders ``new`` and ``old``: ``old``'s path shows the new folder at once.
+
+    Linux's ``renameat2(RENAME_EXCHANGE)`` swaps the two in one step. Where it is
+    missing, ``old`` is moved aside and ``new`` renamed into its place (put back should
+    that fail), so for an instant neither is at ``old``'s path.
+    """
+    if sys.platform.startswith("linux"):
+        rename = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+        if rename is not None:
+            found = rename(
+                _AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(old), _RENAME_EXCHANGE
+            )
+            if found == 0:
+                return
+            code = ctypes.get_errno()
+            if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise OSError(code, os.strerror(code), old)
+    aside = _hidden_name(os.path.dirname(old), os.path.basename(old))
+    os.rename(old, aside)
+    try:
+        os.rename(new, old)
+    except BaseException:
+        os.rename(aside, old)
+        raise
+    os.rename(aside, new)

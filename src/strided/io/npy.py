@@ -20,6 +20,7 @@ import ast
 import io
 import re
 import tokenize
+from collections.abc import Callable
 from typing import IO, Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -48,6 +49,7 @@ __all__ = [
     "check_npy_size",
     "load_npy",
     "npy_tensor",
+    "npy_writer",
     "parse_npy_header",
     "save_npy",
 ]
@@ -268,6 +270,15 @@ def save_npy(path: PathLike, tensor: Tensor) -> None:
     would write an opaque void type) and are a DTypeError: convert them, or use
     safetensors. The write is atomic (temporary file renamed onto ``path``).
     """
+    atomic_write(path, npy_writer(tensor))
+
+
+def npy_writer(tensor: Tensor) -> Callable[[IO[bytes]], None]:
+    """What ``save_npy`` writes, as a function writing it to an open binary file.
+
+    Checked at once: DTypeError for a non-Tensor or a dtype with no ``.npy`` name. The
+    function shares the tensor's storage (nothing is copied until it writes).
+    """
     if not isinstance(tensor, Tensor):
         raise DTypeError(f"save_npy: expected a Tensor, found {type(tensor).__name__}")
     descr = _WRITE_DESCR.get(tensor.dtype)
@@ -286,4 +297,4 @@ def save_npy(path: PathLike, tensor: Tensor) -> None:
         file.write(header)
         write_logical(file, array)
 
-    atomic_write(path, write)
+    return write
