@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         save_safetensors,
     )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "MAX_ELEMENTS",
