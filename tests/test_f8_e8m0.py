@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -144,3 +145,15 @@ def test_convert_out_of_e8m0_follows_the_target_rules() -> None:
         st.tensor([0.5], E8M0).convert("I32")
     with pytest.raises(st.RangeError):
         st.tensor(["nan"], E8M0).convert("U8")
+
+
+@pytest.mark.parametrize("bits", [0x7C01, 0x7D00, 0x7E00, 0xFD00])
+def test_every_f16_nan_converts_to_e8m0_nan_without_a_warning(bits: int) -> None:
+    # A signalling F16 NaN (0x7C01, 0x7D00) widened to F64 raises NumPy's "invalid"
+    # flag in frexp; the conversion must neither warn nor refuse it.
+    array = np.array([bits, 0x4000], dtype=np.uint16).view(np.float16)  # [NaN, 2.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        converted = st.Tensor.from_numpy(array).convert(st.DType.F8_E8M0)
+    values = converted.numpy().astype(np.float64)
+    assert np.isnan(values[0]) and values[1] == 2.0

@@ -170,7 +170,8 @@ def _to_e8m0(array: np.ndarray, source: DType) -> np.ndarray:
     if source.is_float:
         values = cast(array, np.float64)
         nan = np.isnan(values)
-        significand, exponent = np.frexp(values)
+        with np.errstate(invalid="ignore"):  # frexp of a NaN flags "invalid"; NaN fits
+            significand, exponent = np.frexp(values)
         fits = nan | ((significand == 0.5) & (exponent >= -126) & (exponent <= 128))
     else:
         # Checked as integers (2**60 + 1 would become a float64 power of two); every
