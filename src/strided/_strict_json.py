@@ -11,6 +11,7 @@ produce) are refused. Every failure is a FormatError naming ``where``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,11 @@ __all__ = ["loads_strict"]
 # arrays of one chunk, whatever the size of the document.
 _CHUNK = 1 << 16
 _QUOTE, _BACKSLASH = 0x22, 0x5C
+# What json.loads builds, measured: a value is a small object and its slot; a list its
+# header; a JSON object a dict plus the list of pair tuples the hook receives.
+_VALUE_BYTES = 40
+_LIST_BYTES = 72
+_OBJECT_BYTES = 200
 
 
 class _Duplicate(Exception):
@@ -67,8 +73,9 @@ def _constant(token: str) -> Any:
     raise _BadText(token)
 
 
-def _check_depth(data: bytes, limit: int, where: str) -> None:
-    """FormatError when brackets outside strings nest deeper than ``limit``.
+def _check_depth(data: bytes, limit: int, where: str) -> int:
+    """FormatError when brackets outside strings nest deeper than ``limit``; otherwise
+    an estimate, in bytes, of what ``json.loads`` builds from ``data``.
 
     One streaming pass over fixed-size chunks, carrying three small numbers between
     them, so its memory does not grow with the document. A quote counts when an even
@@ -78,6 +85,8 @@ def _check_depth(data: bytes, limit: int, where: str) -> None:
     """
     codes = np.frombuffer(data, dtype=np.uint8)
     depth = 0  # nesting depth at the start of the chunk
+    values = 1  # values the document holds: one, plus one per separator outside strings
+    lists = objects = 0
     quotes = 0  # parity of unescaped quotes so far: 1 inside a string
     slashes = 0  # backslashes that end the previous chunk
     for start in range(0, codes.size, _CHUNK):
@@ -91,10 +100,17 @@ def _check_depth(data: bytes, limit: int, where: str) -> None:
         # A bracket counts when it is outside every string (a quote before it closed one).
         opens = ((chunk == 0x5B) | (chunk == 0x7B)) & (inside == 0)
         closes = ((chunk == 0x5D) | (chunk == 0x7D)) & (inside == 0)
+        separators = ((chunk == 0x2C) | (chunk == 0x3A)) & (inside == 0)
+        values += int(np.count_nonzero(separators))
+        lists += int(np.count_nonzero((chunk == 0x5B) & (inside == 0)))
+        objects += int(np.count_nonzero((chunk == 0x7B) & (inside == 0)))
         running = np.cumsum(opens.view(np.int8) - closes.view(np.int8), dtype=np.int32)
         if running.size and int(running.max()) + depth > limit:
             raise FormatError(f"{where}: JSON nested deeper than {limit} levels")
         depth += int(running[-1])
+    # Within a few percent of what the parser builds for headers of real tensors (about
+    # 8x their text) and of the densest hostile shapes (empty objects: about 20x).
+    return values * _VALUE_BYTES + lists * _LIST_BYTES + objects * _OBJECT_BYTES
 
 
 def _escapes(chunk: np.ndarray[Any, Any], carry: int) -> tuple[np.ndarray[Any, Any], int]:
@@ -112,13 +128,23 @@ def _escapes(chunk: np.ndarray[Any, Any], carry: int) -> tuple[np.ndarray[Any, A
     return before & 1, int(run[-1]) & 1
 
 
-def loads_strict(data: bytes, where: str, max_depth: int) -> Any:
-    """Parse UTF-8 JSON ``data`` strictly (see the module docstring)."""
+def loads_strict(
+    data: bytes, where: str, max_depth: int, charge: Callable[[int], None] | None = None
+) -> Any:
+    """Parse UTF-8 JSON ``data`` strictly (see the module docstring).
+
+    ``charge``, when given, is called before the parser runs with an estimate in bytes
+    of what parsing builds (from one linear scan of the text), so a caller's budget can
+    refuse a document whose objects would outgrow it (a header of many tiny objects
+    builds about 20 bytes per byte) before any of them exists.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FormatError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
-    _check_depth(data, max_depth, where)
+    cost = _check_depth(data, max_depth, where)
+    if charge is not None:
+        charge(cost)
     try:
         hook = _checked_object if b"\\u" in data else _object
         return json.loads(text, object_pairs_hook=hook, parse_constant=_constant)

@@ -108,11 +108,11 @@ def _is_json(head: bytes, size: int) -> bool:
 
 
 def _open_gguf(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("gguf", open_gguf(where, copy=copy))
+    return Opened("gguf", open_gguf(where, copy=copy, budget=budget))
 
 
 def _open_safetensors(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("safetensors", SafetensorsFile(where, [_Shard(where)], copy))
+    return Opened("safetensors", SafetensorsFile(where, [_Shard(where, budget)], copy))
 
 
 def _open_zip(where: str, copy: bool, budget: ParseBudget) -> Opened:

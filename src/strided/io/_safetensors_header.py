@@ -20,6 +20,7 @@ from .._dtype import DType
 from .._errors import FormatError, LimitError
 from .._limits import MAX_ELEMENTS, MAX_RANK
 from .._strict_json import loads_strict
+from ._budget import ParseBudget
 from ._common import checked_shape, read_exact
 
 __all__ = ["DTYPE_BITS", "MAX_HEADER_BYTES", "REFERENCE_ORDER", "Entry", "parse_header"]
@@ -113,8 +114,14 @@ class Entry:
         self.end = end
 
 
-def parse_header(file: IO[bytes], size: int, where: str) -> tuple[list[Entry], dict[str, str]]:
-    """Validate the header of the open file of ``size`` bytes: (entries by offset, metadata)."""
+def parse_header(
+    file: IO[bytes], size: int, where: str, budget: ParseBudget | None = None
+) -> tuple[list[Entry], dict[str, str]]:
+    """Validate the header of the open file of ``size`` bytes: (entries by offset, metadata).
+
+    What parsing builds is charged to ``budget`` (a fresh one when None) before the JSON
+    parser runs, so a header of many tiny objects is a LimitError, not gigabytes.
+    """
     if size < 8:
         raise FormatError(
             f"{where}: {size} bytes is too short for safetensors (8-byte header length missing)"
@@ -131,7 +138,14 @@ def parse_header(file: IO[bytes], size: int, where: str) -> tuple[list[Entry], d
     header = read_exact(file, length, where, "header")
     if not header.startswith(b"{"):
         raise FormatError(f"{where}: the header must begin with '{{'")
-    parsed = loads_strict(header, f"{where}: header", _HEADER_DEPTH)
+    spend = ParseBudget(where) if budget is None else budget
+    spend.grant(8 + length)
+    parsed = loads_strict(
+        header,
+        f"{where}: header",
+        _HEADER_DEPTH,
+        lambda cost: spend.charge(cost, "the header's JSON objects"),
+    )
     if type(parsed) is not dict:
         raise FormatError(f"{where}: the header must be a JSON object")
     # ``"__metadata__": null`` is read as no metadata, as the reference library reads it.

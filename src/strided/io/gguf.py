@@ -36,6 +36,7 @@ from .._inspect import TensorInspection, TensorInspectionOptions, checked_option
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
+from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (
     PathLike,
     TensorNames,
@@ -88,6 +89,11 @@ _FIXED: dict[int, tuple[str, np.dtype[Any]]] = {
 }
 # The fewest bytes one value of each kind can take: bounds counts before reading.
 _MIN_BYTES = {_STRING: 8, _ARRAY: 12} | {k: v[1].itemsize for k, v in _FIXED.items()}
+# What one array element costs beside its list slot: nothing for the values Python
+# shares (bools, and UINT8's 0..255 are cached small ints), an object for the others.
+_OBJECT_COST = {0: 0, _BOOL: 0}
+# A tensor info as held: its record, name, dims tuple and the dict/set slots naming it.
+_TENSOR_INFO_BYTES = 4 * OBJECT_BYTES + 2 * (TEXT_BYTES + ITEM_BYTES) + _MAX_NAME_BYTES
 _MIN_KV_BYTES = 8 + 1 + 4 + 1
 _MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
 
@@ -112,7 +118,7 @@ class _Reader:
     what is held, never past ``MAX_HEADER_FETCH`` bytes in all).
     """
 
-    __slots__ = ("buf", "loaded", "more", "pos", "size", "values", "where")
+    __slots__ = ("budget", "buf", "granted", "loaded", "more", "pos", "size", "values", "where")
 
     def __init__(
         self,
@@ -120,6 +126,7 @@ class _Reader:
         size: int,
         where: str,
         more: Callable[[int, int], bytes] | None = None,
+        budget: ParseBudget | None = None,
     ) -> None:
         self.buf = memoryview(data).cast("B")
         self.loaded = len(self.buf)
@@ -128,6 +135,15 @@ class _Reader:
         self.pos = 0
         self.values = 0
         self.where = where
+        self.budget = ParseBudget(where) if budget is None else budget
+        self.granted = 0
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Charge what is about to be built to the open's budget, which grows by the
+        header bytes read so far (so a value is charged before it exists)."""
+        self.budget.grant(self.pos - self.granted)
+        self.granted = self.pos
+        self.budget.charge(nbytes, f"{what}")
 
     def need(self, count: int, what: str) -> None:
         if count > self.size - self.pos:
@@ -199,6 +215,10 @@ class _Reader:
             raise FormatError(f"{self.where}: {what}: arrays nested more than one level deep")
         self.need(count * _MIN_BYTES[item_type], f"{what} ({count} elements)")
         self.count_values(count, what)
+        # A list slot per element, plus the element's own object where Python does not
+        # share it (ints beyond the small cache, floats, strings; their text is bounded
+        # by the header bytes it is read from).
+        self.charge(count * (ITEM_BYTES + _OBJECT_COST.get(item_type, OBJECT_BYTES)), what)
         if item_type in _FIXED:
             return self.fixed_array(item_type, count, what), f"ARRAY[{_FIXED[item_type][0]}]"
         if item_type == _STRING:
@@ -436,7 +456,7 @@ def _copied(value: Any) -> Any:
 
 
 @guard_function
-def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
+def open_gguf(path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None) -> GGUFFile:
     """Open a GGUF file (version 2 or 3, little-endian): validate it whole, map it read-only.
 
     Plain tensors are zero-copy views of the mapping: the file must not be modified or
@@ -447,13 +467,14 @@ def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     metadata is parsed at once, tensor data is never read until used. A path that cannot be opened
     raises the OSError unchanged; malformed content is a FormatError (LimitError for
     caps) naming the file, the key or tensor, and the problem. See the module docstring
-    for every check.
+    for every check. What the header builds (keys, values, tensor names) is charged to
+    ``budget`` (a fresh one when None): at most 64 MiB + 16 x the header's bytes.
     """
     where = label(path)
     with open_regular(where) as file:
         size = file_size(file)
         raw = map_file(file, size, where)
-    version, metadata, tensors = parse_gguf(_Reader(raw.data, size, where))
+    version, metadata, tensors = parse_gguf(_Reader(raw.data, size, where, budget=budget))
     return GGUFFile(where, version, metadata, tensors, MappedStorage(raw, where), copy)
 
 
@@ -500,6 +521,7 @@ def _read_metadata(reader: _Reader, count: int) -> tuple[dict[str, Any], dict[st
             raise FormatError(f"{reader.where}: key {key[:80]!r} appears more than once")
         vtype = reader.u32(f"type of {key[:80]!r}")
         reader.count_values(1, key[:80])
+        reader.charge(2 * (TEXT_BYTES + ITEM_BYTES) + OBJECT_BYTES + len(key), key[:80])
         metadata[key], types[key] = reader.value(vtype, f"value of {key[:80]!r}")
     return metadata, types
 
@@ -520,6 +542,7 @@ def _read_tensor_infos(reader: _Reader, count: int) -> list[_TensorInfo]:
     tensors: list[_TensorInfo] = []
     seen: set[str] = set()
     for i in range(count):
+        reader.charge(_TENSOR_INFO_BYTES, f"tensor info {i}")
         name = reader.string(f"tensor {i} name", _MAX_NAME_BYTES)
         where = f"{reader.where}: tensor {name!r}"
         if not name or name in seen:

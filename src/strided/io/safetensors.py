@@ -28,6 +28,7 @@ from .._errors import DTypeError, FormatError, IndexingError, LimitError
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
+from ._budget import ParseBudget
 from ._common import (
     PathLike,
     TensorNames,
@@ -52,10 +53,10 @@ class _Shard:
 
     __slots__ = ("entries", "metadata", "storage", "where")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, budget: ParseBudget | None = None) -> None:
         with open_regular(path) as file:
             size = file_size(file)
-            entries, metadata = parse_header(file, size, path)
+            entries, metadata = parse_header(file, size, path, budget)
             raw = map_file(file, size, path)
         self._set(path, MappedStorage(raw, path), entries, metadata)
 
