@@ -47,6 +47,9 @@ MAX_MEMO = 1 << 22  # memo entries
 MAX_MARKS = 256  # open MARKs at once
 _MAX_LINE = 1 << 16  # text arguments of protocol 0 opcodes
 _MEMO_INDICES = 1 << 32  # memo indices (binary opcodes cannot spell more)
+# Charges are added up and settled with the budget once they reach this many bytes (and
+# at the end): the budget is checked at most this late, and the hot loop stays cheap.
+_SETTLE_BYTES = 1 << 16
 _NEWLINE = re.compile(b"\n")
 _MISSING = object()
 
@@ -55,7 +58,7 @@ class Machine:
     """One run of one pickle: its own stack, mark stack, memo and caps.
 
     ``budget`` is the open's parse budget; ``granted`` is how far the pickle's bytes
-    have been granted to it.
+    have been granted to it, ``owed`` what has been charged but not yet settled.
     """
 
     __slots__ = (
@@ -70,6 +73,7 @@ class Machine:
         "limit",
         "memo",
         "metastack",
+        "owed",
         "pos",
         "stack",
         "storages",
@@ -86,6 +90,7 @@ class Machine:
     ) -> None:
         self.data = data
         self.pos = self.at = self.granted = start
+        self.owed = 0
         self.end = self.limit = len(data)  # ``limit``: the end of the current frame, if any
         self.frame_end = -1
         self.where = where
@@ -103,11 +108,19 @@ class Machine:
         return FormatError(f"{self.where}: pickle byte {self.at}, {name}: {message}")
 
     def spend(self, nbytes: int, what: str) -> None:
-        """Charge ``nbytes`` to the budget, after granting the pickle bytes read so far."""
-        if self.pos > self.granted:
-            self.budget.grant(self.pos - self.granted)
-            self.granted = self.pos
-        self.budget.charge(nbytes, f"{self.label} byte {self.at}: {what}")
+        """Charge ``nbytes`` for ``what``, settled with the budget every 64 KiB."""
+        owed = self.owed + nbytes
+        if owed < _SETTLE_BYTES:
+            self.owed = owed
+        else:
+            self.settle(owed, what)
+
+    def settle(self, owed: int, what: str) -> None:
+        """Grant the pickle bytes read so far, then charge ``owed`` (named by ``what``)."""
+        self.owed = 0
+        self.budget.grant(self.pos - self.granted)
+        self.granted = self.pos
+        self.budget.charge(owed, f"{self.label} byte {self.at}: {what}")
 
     def take(self, count: int) -> int:
         """Claim ``count`` bytes at the current position; returns where they start.
@@ -186,7 +199,7 @@ class Machine:
         if index not in memo:
             if not 0 <= index < _MEMO_INDICES:
                 raise self.fail(f"memo index {describe(index)} is not in [0, 2**32)")
-            self.spend(OBJECT_BYTES, "memo entries")
+            self.owed += OBJECT_BYTES  # settled with the next charge of other things
             if len(memo) >= MAX_MEMO:
                 raise LimitError(f"{self.where}: more than {MAX_MEMO} memo entries")
         memo[index] = value
@@ -273,5 +286,5 @@ def interpret(
     except (ValueError, OverflowError, struct.error) as exc:
         # int()/float() of hostile text, struct at a bad offset: still bad input.
         raise machine.fail(f"bad argument ({type(exc).__name__})") from None
-    spent.grant(end - machine.granted)
+    machine.settle(machine.owed, "the pickle's objects")
     return value, end
