@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import strided as st
+from strided.io._budget import ParseBudget
 from strided.io.pytorch import PyTorchFile, load_pytorch, open_pytorch
 
 torch = pytest.importorskip("torch")
@@ -173,16 +174,37 @@ def test_views_keep_torch_layout_and_share_storage(tmp_path: Path, fmt: str) -> 
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_zero_strides_are_copied_contiguous(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize("copy", [False, True])
+def test_repeating_views_keep_torch_strides(tmp_path: Path, fmt: str, copy: bool) -> None:
     row = torch.tensor([1.5, -2.0, 3.25])
-    state = {"expanded": row.expand(4, 3), "column": row[:1].expand(3, 1), "overlap": None}
-    state["overlap"] = torch.arange(10.0).as_strided((4, 3), (1, 1))
+    base = torch.arange(10.0)
+    flags = torch.tensor([True, False])
+    state = {
+        "row": row,
+        "expanded": row.expand(4, 3),
+        "column": row[:1].expand(3, 1),
+        "base": base,
+        "overlap": base.as_strided((4, 3), (1, 1)),
+        "negated": torch._neg_view(row).expand(2, 3),
+        "flags": flags.expand(3, 2),
+    }
     path = save(state, tmp_path / "expand.pt", fmt)
-    opened = assert_matches_torch(path)
-    for name in ("expanded", "overlap"):
-        tensor = opened.get(name)
-        assert tensor.is_contiguous and tensor.strides == tensor.shape.strides()
-    assert opened.get("column").shape == st.Shape([3, 1])
+    assert_matches_torch(path)
+    opened = open_pytorch(path, copy=copy)
+    for name in ("expanded", "column", "overlap", "negated", "flags"):
+        got, reference = opened.get(name), state[name]
+        assert got.strides == tuple(reference.stride()), name
+        assert strided_bytes(got) == torch_bytes(reference), name
+    # A view of the storage elements it covers: shared with the file's other tensors,
+    # or (copied, negated) a copy of just those elements, never of the logical ones.
+    shared = not copy
+    assert opened.get("expanded").shares_storage(opened.get("row")) is shared
+    assert opened.get("overlap").shares_storage(opened.get("base")) is shared
+    assert not opened.get("negated").shares_storage(opened.get("row"))
+    assert opened.get("negated").storage_byte_len == 12
+    if copy:
+        assert opened.get("expanded").storage_byte_len == 12
+        assert opened.get("overlap").storage_byte_len == 6 * 4
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -466,7 +488,8 @@ def test_a_name_in_two_shards_is_refused(tmp_path: Path) -> None:
     # An index maps each name to one file, so shards holding the same name cannot both
     # match it; opened together, the repeated name is refused.
     with pytest.raises(st.FormatError, match="'w' appears in both"):
-        PyTorchFile(str(tmp_path), [_Shard(str(first)), _Shard(str(second))])
+        budget = ParseBudget(str(tmp_path))
+        PyTorchFile(str(tmp_path), [_Shard(str(first), budget), _Shard(str(second), budget)])
 
 
 # -- big-endian archives and canonical BOOL bytes ------------------------------------------

@@ -25,9 +25,10 @@ import mmap
 import os
 import secrets
 import stat
+import struct
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any, Protocol, Self, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from .._dtype import DType
 from .._errors import FormatError, LimitError, ShapeError
 from .._limits import check_dims
 from .._tensor import Tensor
+
+if TYPE_CHECKING:
+    from ._budget import ParseBudget
 
 __all__ = [
     "PathLike",
@@ -53,6 +57,7 @@ __all__ = [
     "open_regular",
     "parse_index",
     "read_exact",
+    "same_bits",
     "tensor_of",
     "write_logical",
 ]
@@ -296,18 +301,25 @@ _INDEX_DEPTH = 16
 
 
 def index_shards(
-    path: str, open_shard: Callable[[str], S], names_in: Callable[[S], Iterable[str]]
+    path: str,
+    open_shard: Callable[[str], S],
+    names_in: Callable[[S], Iterable[str]],
+    *,
+    budget: ParseBudget | None = None,
 ) -> list[S]:
     """The shards a ``*.index.json`` names (``{"metadata": ..., "weight_map": ...}``).
 
     ``weight_map`` maps each tensor name to a plain file name in the index's folder;
     each shard is opened with ``open_shard`` and must hold exactly the names mapped to
     it (``names_in``). Shards come in file-name order. Anything else is a FormatError
-    (LimitError past the size cap) naming the index.
+    (LimitError past the size cap) naming the index. ``budget``, the open's parse
+    budget, is granted the index's bytes once their size has passed the cap.
     """
     with open_regular(path) as file:
         size = file_size(file)
         check_index_size(size, path)
+        if budget is not None:
+            budget.grant(size)
         data = read_exact(file, size, path, "index")
     expected = parse_index(data, path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -392,7 +404,8 @@ def merge_shards(
     """One name table ``name -> (shard, entry)`` and one metadata dict over ``shards``.
 
     Each shard has ``where`` and ``metadata``; ``tensors_of(shard)`` gives its entries.
-    A name in two shards, or a metadata key with two values, is a FormatError.
+    A name in two shards, or a metadata key with two values, is a FormatError. Values
+    are compared by their bits (``same_bits``): a NaN agrees with itself.
     """
     by_name: dict[str, tuple[Sh, E]] = {}
     metadata: dict[str, Any] = {}
@@ -405,11 +418,46 @@ def merge_shards(
                 )
             by_name[name] = (shard, entry)
         for key, value in shard.metadata.items():
-            if metadata.setdefault(key, value) != value:
+            known = metadata.setdefault(key, value)
+            if known is not value and not same_bits(known, value):
                 raise FormatError(
                     f"{path}: shards disagree on metadata {key[:80]!r} ({shard.where})"
                 )
     return by_name, metadata
+
+
+_DOUBLE = struct.Struct("<d")
+
+
+def same_bits(first: object, second: object) -> bool:
+    """True when two plain values hold the same bits: the same types, floats bit for bit.
+
+    A NaN equals itself (``==`` would say it differs even from itself), ``0.0`` and
+    ``-0.0`` differ, ``1`` and ``True`` differ; lists, tuples and dicts agree item by item
+    (walked without recursion); anything else compares with ``==``.
+    """
+    pending = [(first, second)]
+    while pending:
+        one, other = pending.pop()
+        if type(one) is not type(other):
+            return False
+        if isinstance(one, float):
+            assert isinstance(other, float)
+            if _DOUBLE.pack(one) != _DOUBLE.pack(other):
+                return False
+        elif isinstance(one, (list, tuple)):
+            assert isinstance(other, (list, tuple))
+            if len(one) != len(other):
+                return False
+            pending.extend(zip(one, other, strict=True))
+        elif isinstance(one, dict):
+            assert isinstance(other, dict)
+            if list(one) != list(other):
+                return False
+            pending.extend((one[key], other[key]) for key in one)
+        elif one != other:
+            return False
+    return True
 
 
 class TensorNames:

@@ -3,7 +3,13 @@
 ``Global`` is an allow-listed name held as a marker; ``StorageRef`` a storage that a
 persistent id names; ``TensorRef`` a tensor that ``_rebuild_tensor_v2``/``_v3`` or
 ``_rebuild_parameter`` describes (a view of a storage); ``TorchSize`` and ``PickledSet``
-hold a ``torch.Size`` and a set as data. The rebuild rules only check their arguments and
+hold a ``torch.Size`` and a set as data; ``IntKey`` is an int dict key.
+
+Nothing a file wrote is ever hashed by its raw Python value: an int's hash is the int
+modulo 2**61 - 1, so a file could make thousands of keys collide and every insert walk
+all the others. Int dict keys are ``IntKey``s hashed by their decimal text, and set
+items are told apart by ``scalar_key`` (text and bytes, whose hashing Python
+randomizes per process). The rebuild rules only check their arguments and
 record them: nothing is called, and the reader later checks each view against the real
 size of its storage. Errors here carry no location; the interpreter adds it.
 """
@@ -20,6 +26,7 @@ from .._limits import check_dims
 
 __all__ = [
     "Global",
+    "IntKey",
     "PickledSet",
     "StorageRef",
     "TensorRef",
@@ -28,6 +35,7 @@ __all__ = [
     "ordered_dict",
     "rebuild_parameter",
     "rebuild_tensor",
+    "scalar_key",
     "torch_size",
 ]
 
@@ -108,20 +116,78 @@ class TorchSize:
         self.dims = dims
 
 
+class IntKey:
+    """An int dict key, hashed and compared by its decimal ``text`` (never by the int).
+
+    ``value`` is the int; ``str()`` gives its text, which is also its dotted name. An
+    ``IntKey`` equals only an ``IntKey`` of the same int, so the str key ``"1"`` and the
+    int key ``1`` stay two keys, as in Python.
+    """
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.text = str(value)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is IntKey and other.text == self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"IntKey({self.text})"
+
+
+def scalar_key(item: object) -> tuple[str, object]:
+    """What tells set items apart: equal for items Python counts equal, hashed as text.
+
+    ``1``, ``1.0`` and ``True`` (and ``0.0`` and ``-0.0``) share a key, as they share a
+    set slot in Python; a NaN equals only itself (the same object, as Python's identity
+    check has it). The key is a tag and a str or bytes, so its hash is not the file's to
+    choose. ``item`` is one of ``SCALARS``.
+    """
+    kind = type(item)
+    if kind is str:
+        return ("s", item)
+    if kind is bytes:
+        return ("b", item)
+    if item is None:
+        return ("z", "")
+    if kind is float:
+        assert isinstance(item, float)
+        if item != item:
+            return ("nan", str(id(item)))  # the item stays alive in the set, so its id does
+        if not item.is_integer():
+            return ("n", item.hex())  # inf and fractions: never equal to an int
+        item = int(item)
+    assert isinstance(item, int)
+    return ("n", str(int(item)))
+
+
 class PickledSet:
-    """A set or frozenset of plain scalars, kept in stored order."""
+    """A set or frozenset of plain scalars, kept in stored order.
+
+    An item equal to one already there (see ``scalar_key``) is dropped, as Python's
+    set drops it.
+    """
 
     __slots__ = ("_seen", "frozen", "items")
 
     def __init__(self, frozen: bool) -> None:
         self.frozen = frozen
         self.items: list[object] = []
-        self._seen: set[object] = set()
+        self._seen: set[tuple[str, object]] = set()
 
     def add(self, item: object) -> None:
         """Add ``item`` unless an equal one is there (the caller checked it is a scalar)."""
-        if item not in self._seen:
-            self._seen.add(item)
+        key = scalar_key(item)
+        if key not in self._seen:
+            self._seen.add(key)
             self.items.append(item)
 
 
@@ -144,6 +210,8 @@ def describe(value: object) -> str:
         return repr(value)
     if isinstance(value, Global):
         return value.name
+    if type(value) is IntKey:
+        return describe(value.value)
     return _KINDS.get(type(value), f"a {type(value).__name__}")
 
 

@@ -15,12 +15,20 @@ The format is recognized from the first bytes, never from the name. Every storag
 persistent id names must exist with exactly the size it claims; every tensor's offset
 and extent must lie inside its storage. Tensors are read-only views of the mapped file
 (one flat array per storage, so tensors that share a torch storage share a strided
-storage: tied weights and slices), made when asked for. Big-endian archives are
-converted on copy (element by element at the tensor's own size, also for the untyped
-storages of ``_rebuild_tensor_v3``); a tensor with torch's negative bit is negated on
-copy; a view whose elements could overlap (a zero stride from ``expand``) is copied
-into a contiguous tensor. Otherwise the values are exactly the stored bits, as
+storage: tied weights and slices), made when asked for. A view whose elements repeat
+(a zero stride from ``expand``, an overlapping ``as_strided``) stays such a view: opening
+or inspecting it never expands it, so a tiny file cannot claim gigabytes. Big-endian
+archives are converted on copy (a storage at a time, at the tensor's own element size,
+also for the untyped storages of ``_rebuild_tensor_v3``; at most 64 MiB of converted
+storages are kept for reuse); a tensor with torch's negative bit is negated on copy
+(for a view whose elements repeat, the storage elements it covers are negated, and it
+stays a view of them). Otherwise the values are exactly the stored bits, as
 ``torch.load(path, weights_only=True)`` gives them.
+
+One ``ParseBudget`` bounds what an open builds (``_budget``): it is granted the bytes
+of every pickle and of the zip's central directory (and an index), and charged for
+every object the pickle builds and every dotted name and metadata leaf the walk makes,
+each time a shared (memoized) container is walked again.
 
 Names: tensors anywhere inside nested dicts, lists and tuples (and sets, read as lists
 in stored order) are named by the dotted path of keys (list items and int keys by
@@ -33,6 +41,7 @@ dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +54,7 @@ from .._errors import FormatError, IndexingError, LimitError
 from .._memory import guard_function, guard_methods
 from .._shape import Shape
 from .._tensor import Tensor
+from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (
     PathLike,
     TensorNames,
@@ -57,7 +67,8 @@ from ._common import (
     tensor_of,
 )
 from ._pickle import interpret
-from ._pickle_data import PickledSet, StorageRef, TensorRef, TorchSize, describe
+from ._pickle_data import IntKey, PickledSet, StorageRef, TensorRef, TorchSize, describe
+from ._zip import read_zip, stored_bytes
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
 
@@ -67,6 +78,8 @@ _LEGACY_PROTOCOL = 1001
 _MAX_NESTING = 256  # dicts/lists/tuples inside each other
 _MAX_NAME = 1 << 16  # characters in a dotted name
 _LEAVES = (type(None), bool, int, float, str)
+# Byte-swapped storages of a big-endian archive kept for reuse (least recently used go).
+SWAPPED_CACHE_BYTES = 64 << 20
 
 Leaf = str | int | float | bool | list[int] | None
 
@@ -74,9 +87,19 @@ Leaf = str | int | float | bool | list[int] | None
 class _Shard:
     """One opened ``torch.save`` file: its mapping, storage offsets and described tensors."""
 
-    __slots__ = ("_arrays", "big_endian", "metadata", "raw", "spans", "tensors", "where")
+    __slots__ = (
+        "_arrays",
+        "_swapped",
+        "_swapped_bytes",
+        "big_endian",
+        "metadata",
+        "raw",
+        "spans",
+        "tensors",
+        "where",
+    )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, budget: ParseBudget) -> None:
         self.where = path
         with open_regular(path) as file:
             size = file_size(file)
@@ -84,24 +107,29 @@ class _Shard:
         self.big_endian = False
         storages: dict[str, StorageRef] = {}
         if bytes(self.raw[:4]) == _ZIP_MAGIC:
-            root, pickle_bytes, self.spans = self._zip(storages)
+            root, pickle_bytes, self.spans = self._zip(storages, budget)
         elif bytes(self.raw[:1]) == b"\x80":
-            root, pickle_bytes, self.spans = self._legacy(storages)
+            root, pickle_bytes, self.spans = self._legacy(storages, budget)
         else:
             raise FormatError(
                 f"{path}: not a PyTorch checkpoint (first bytes {bytes(self.raw[:8])!r}); "
                 "expected a zip archive or a legacy torch.save pickle stream"
             )
-        self.tensors, self.metadata = _flatten(root, Path(path).stem, path, pickle_bytes)
+        self.tensors, self.metadata = _flatten(root, Path(path).stem, path, pickle_bytes, budget)
         for name, ref in self.tensors.items():
             _check_view(ref, f"{path}: tensor {name[:80]!r}")
         self._arrays: dict[tuple[str, DType], np.ndarray[Any, Any]] = {}
+        self._swapped: OrderedDict[tuple[str, DType], np.ndarray[Any, Any]] = OrderedDict()
+        self._swapped_bytes = 0
 
-    def _zip(self, storages: dict[str, StorageRef]) -> tuple[object, int, dict[str, int]]:
-        from ._zip import read_zip, stored_bytes
-
+    def _zip(
+        self, storages: dict[str, StorageRef], budget: ParseBudget
+    ) -> tuple[object, int, dict[str, int]]:
         where = self.where
         members = read_zip(self.raw, where)
+        # The central directory and the end records: everything after the last member.
+        ends = (member.data_offset + member.compressed_size for member in members.values())
+        budget.grant(len(self.raw) - max(ends, default=0))
         prefix = _archive_folder(list(members), where)
         pickle_member = members.get(prefix + "data.pkl")
         if pickle_member is None:
@@ -113,7 +141,7 @@ class _Shard:
                 raise FormatError(f"{where}: byteorder is {text[:20]!r}, not little or big")
             self.big_endian = text == b"big"
         data = memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
-        root, end = interpret(data, 0, f"{where}: data.pkl", storages)
+        root, end = interpret(data, 0, f"{where}: data.pkl", storages, budget=budget)
         if end != len(data):
             raise FormatError(f"{where}: data.pkl has {len(data) - end} bytes after its STOP")
         spans = {}
@@ -129,24 +157,26 @@ class _Shard:
             spans[key] = member.data_offset
         return root, end, spans
 
-    def _legacy(self, storages: dict[str, StorageRef]) -> tuple[object, int, dict[str, int]]:
+    def _legacy(
+        self, storages: dict[str, StorageRef], budget: ParseBudget
+    ) -> tuple[object, int, dict[str, int]]:
         where, data = self.where, memoryview(self.raw)  # type: ignore[arg-type]
-        magic, pos = interpret(data, 0, where)
+        magic, pos = interpret(data, 0, where, budget=budget)
         if type(magic) is not int or magic != _LEGACY_MAGIC:
             raise FormatError(
                 f"{where}: not a torch.save file: the first pickle holds {describe(magic)}, "
                 "not the legacy magic number"
             )
-        version, pos = interpret(data, pos, where)
+        version, pos = interpret(data, pos, where, budget=budget)
         if type(version) is not int or version != _LEGACY_PROTOCOL:
             raise FormatError(f"{where}: legacy protocol version {describe(version)}, not 1001")
-        info, pos = interpret(data, pos, where)
+        info, pos = interpret(data, pos, where, budget=budget)
         if type(info) is not dict:
             raise FormatError(f"{where}: the system info is {describe(info)}, not a dict")
         start = pos
-        root, pos = interpret(data, pos, where, storages)
+        root, pos = interpret(data, pos, where, storages, budget=budget)
         pickle_bytes = pos - start
-        keys, pos = interpret(data, pos, where)
+        keys, pos = interpret(data, pos, where, budget=budget)
         if type(keys) is not list or any(type(key) is not str for key in keys):
             raise FormatError(f"{where}: the storage keys are {describe(keys)}, not strings")
         if len(set(keys)) != len(keys) or set(keys) != set(storages):
@@ -178,35 +208,50 @@ class _Shard:
         return root, pickle_bytes, spans
 
     def storage(self, ref: StorageRef, dtype: DType) -> np.ndarray[Any, Any]:
-        """The storage as one flat read-only array of ``dtype`` (little-endian), cached."""
-        found = self._arrays.get((ref.key, dtype))
+        """The storage as one flat read-only array of ``dtype`` (little-endian).
+
+        A view of the mapped file, kept for the next tensor of the same storage; in a
+        big-endian archive a byte-swapped copy, of which at most ``SWAPPED_CACHE_BYTES``
+        are kept (a larger storage is converted each time it is asked for).
+        """
+        key = (ref.key, dtype)
+        found = self._arrays.get(key)
+        if found is None:
+            found = self._swapped.get(key)
+            if found is not None:
+                self._swapped.move_to_end(key)
         if found is not None:
             return found
         size = dtype.itemsize
         start = self.spans[ref.key]
         region = memoryview(self.raw)[start : start + ref.nbytes // size * size]  # type: ignore[arg-type]
-        if self.big_endian and size > 1:
-            swapped = np.frombuffer(region, dtype=f">u{size}").astype(f"<u{size}")
-            array = seal(swapped.view(dtype.numpy))
-        else:
+        if not self.big_endian or size == 1:
             array = np.frombuffer(region, dtype=dtype.numpy)
-        self._arrays[(ref.key, dtype)] = array
+            self._arrays[key] = array
+            return array
+        swapped = np.frombuffer(region, dtype=f">u{size}").astype(f"<u{size}")
+        array = seal(swapped.view(dtype.numpy))
+        self._keep_swapped(key, array)
         return array
+
+    def _keep_swapped(self, key: tuple[str, DType], array: np.ndarray[Any, Any]) -> None:
+        """Keep a converted storage for reuse, dropping the least recently used ones."""
+        if array.nbytes > SWAPPED_CACHE_BYTES:
+            return
+        self._swapped[key] = array
+        self._swapped_bytes += array.nbytes
+        while self._swapped_bytes > SWAPPED_CACHE_BYTES:
+            self._swapped_bytes -= self._swapped.popitem(last=False)[1].nbytes
 
     def tensor(self, name: str, ref: TensorRef, copy: bool) -> Tensor:
         """The tensor ``ref`` describes, as a view of its storage (or a copy)."""
         dtype = ref.dtype
         storage = self.storage(ref.storage, dtype)
-        size = dtype.itemsize
         if 0 in ref.dims:
             return tensor_of(shaped(storage[:0], ref.dims), dtype, copy)
-        view = np.ndarray(
-            ref.dims,
-            dtype=storage.dtype,
-            buffer=storage,
-            offset=ref.offset * size,
-            strides=tuple(step * size for step in ref.strides),
-        )
+        if _may_overlap(ref.dims, ref.strides):
+            return self._repeating(name, ref, storage, copy)
+        view = _view(storage, ref, ref.offset)
         if dtype is DType.BOOL:
             bad = np.flatnonzero(view.view(np.uint8) > 1)
             if bad.size:
@@ -215,9 +260,43 @@ class _Shard:
                 )
         if ref.negate:
             return Tensor._adopt(_negated(view, dtype), dtype)
-        if _may_overlap(ref.dims, ref.strides):
-            return Tensor._adopt(view.copy(), dtype)
         return tensor_of(view, dtype, copy)
+
+    def _repeating(
+        self, name: str, ref: TensorRef, storage: np.ndarray[Any, Any], copy: bool
+    ) -> Tensor:
+        """A view whose elements repeat (a zero stride, overlapping strides), kept a view.
+
+        Its logical size may exceed its storage by any factor, so nothing here touches
+        the logical elements: the BOOL check, the negation and ``copy`` work on the span
+        of storage elements the view covers, and the tensor views that span with the
+        view's own strides (zero-copy over the file when nothing needs changing).
+        """
+        span = storage[ref.offset : _last_element(ref) + 1]
+        if ref.dtype is DType.BOOL:
+            bad = np.flatnonzero(span.view(np.uint8) > 1)
+            if bad.size:
+                raise FormatError(
+                    f"{self.where}: tensor {name[:80]!r}: BOOL storage element "
+                    f"{ref.offset + int(bad[0])} is not 0 or 1"
+                )
+        if ref.negate:
+            return Tensor._wrap(_view(seal(_negated(span, ref.dtype)), ref, 0))
+        if copy:
+            return Tensor._wrap(_view(seal(span.copy()), ref, 0))
+        return Tensor._wrap(_view(storage, ref, ref.offset))
+
+
+def _view(base: np.ndarray[Any, Any], ref: TensorRef, offset: int) -> np.ndarray[Any, Any]:
+    """``ref``'s dims and strides over the flat array ``base``, from element ``offset``."""
+    size = base.dtype.itemsize
+    return np.ndarray(
+        ref.dims,
+        dtype=base.dtype,
+        buffer=base,
+        offset=offset * size,
+        strides=tuple(step * size for step in ref.strides),
+    )
 
 
 def _archive_folder(names: list[str], where: str) -> str:
@@ -233,14 +312,19 @@ def _check_view(ref: TensorRef, where: str) -> None:
     elements = ref.storage.nbytes // ref.dtype.itemsize
     if 0 in ref.dims:
         return
-    pairs = zip(ref.dims, ref.strides, strict=True)
-    last = ref.offset + sum((dim - 1) * step for dim, step in pairs)
+    last = _last_element(ref)
     if last >= elements:
         raise FormatError(
             f"{where}: the view (offset {ref.offset}, size {list(ref.dims)}, stride "
             f"{list(ref.strides)}) reaches element {last}, its storage holds {elements} "
             f"{ref.dtype.name} elements"
         )
+
+
+def _last_element(ref: TensorRef) -> int:
+    """The storage element the view reaches last (strides are never negative)."""
+    pairs = zip(ref.dims, ref.strides, strict=True)
+    return ref.offset + sum((dim - 1) * step for dim, step in pairs)
 
 
 def _may_overlap(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -268,7 +352,7 @@ def _negated(view: np.ndarray[Any, Any], dtype: DType) -> np.ndarray[Any, Any]:
 def _children(node: object) -> Iterator[tuple[str, object]]:
     if isinstance(node, dict):
         for key, value in node.items():
-            yield (key if type(key) is str else str(key)), value
+            yield (key.text if type(key) is IntKey else key), value
     else:
         items = node.items if type(node) is PickledSet else node
         assert isinstance(items, (list, tuple))
@@ -277,16 +361,19 @@ def _children(node: object) -> Iterator[tuple[str, object]]:
 
 
 def _flatten(
-    root: object, stem: str, where: str, pickle_bytes: int
+    root: object, stem: str, where: str, pickle_bytes: int, budget: ParseBudget
 ) -> tuple[dict[str, TensorRef], dict[str, Leaf]]:
     """Name every tensor and plain leaf by its dotted path, walking without recursion.
 
     The walk visits at most about two values per pickle byte, so shared containers
-    (memo references) that would multiply into an enormous tree are refused.
+    (memo references) that would multiply into an enormous tree are refused. Every
+    name is charged to ``budget`` before it is built, and every metadata leaf by its
+    size (a text leaf by its length, a ``torch.Size`` by its dims), each time a walk
+    reaches it: a long key or text shared under many names pays under each.
     """
     tensors: dict[str, TensorRef] = {}
     metadata: dict[str, Leaf] = {}
-    budget = 2 * pickle_bytes + 4096
+    visits = 2 * pickle_bytes + 4096
 
     def leaf(name: str, value: object) -> None:
         if name in tensors or name in metadata:
@@ -294,11 +381,15 @@ def _flatten(
         if type(value) is TensorRef:
             tensors[name] = value
         elif type(value) in _LEAVES:
+            if type(value) is str:
+                budget.charge_text(len(value), "metadata texts")
             metadata[name] = value  # type: ignore[assignment]
         elif type(value) is TorchSize:
+            budget.charge_items(len(value.dims), "metadata sizes")
             metadata[name] = list(value.dims)
 
     if not _is_container(root):
+        budget.charge(ITEM_BYTES + TEXT_BYTES + len(stem), "dotted names")
         leaf(stem, root)
         return tensors, metadata
     stack: list[tuple[Iterator[tuple[str, object]], str]] = [(_children(root), "")]
@@ -308,12 +399,14 @@ def _flatten(
         if step is None:
             stack.pop()
             continue
-        budget -= 1
-        if budget < 0:
+        visits -= 1
+        if visits < 0:
             raise LimitError(f"{where}: the data refers to its parts too many times")
         key, value = step
         if len(prefix) + len(key) >= _MAX_NAME:
             raise LimitError(f"{where}: a dotted name longer than {_MAX_NAME} characters")
+        # The name's text and its slot in the tables, charged before it is built.
+        budget.charge(ITEM_BYTES + TEXT_BYTES + len(prefix) + 1 + len(key), "dotted names")
         name = f"{prefix}.{key}" if prefix else key
         if not _is_container(value):
             leaf(name, value)
@@ -370,9 +463,11 @@ class PyTorchFile(TensorNames):
         """The tensor ``name``: a read-only view of its storage in the mapped file.
 
         Tensors of one torch storage share one strided storage. Opened with
-        ``copy=True``, an independent copy. Big-endian archives, negative-bit tensors and
-        views whose elements could overlap give new contiguous tensors. BOOL bytes other
-        than 0 and 1 are a FormatError.
+        ``copy=True``, an independent copy. Big-endian archives and negative-bit tensors
+        give new tensors. A view whose elements repeat (a zero stride from ``expand``)
+        stays a view with those strides, never expanded: its copies (``copy=True``, the
+        negative bit) copy only the storage elements it covers. BOOL bytes other than 0
+        and 1 are a FormatError.
         """
         shard, ref = self._lookup(name)
         return shard.tensor(name, ref, self._copy)
@@ -393,7 +488,9 @@ class PyTorchFile(TensorNames):
 
 
 @guard_function
-def open_pytorch(path: PathLike, copy: bool = False) -> PyTorchFile:
+def open_pytorch(
+    path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None
+) -> PyTorchFile:
     """Open a PyTorch checkpoint lazily, without running its pickle.
 
     ``path`` is a ``torch.save`` file (zip or legacy format, recognized from its first
@@ -405,24 +502,35 @@ def open_pytorch(path: PathLike, copy: bool = False) -> PyTorchFile:
     or truncated while they live; ``copy=True`` gives independent copies. A path that
     cannot be opened raises the OSError unchanged; anything wrong with the content is a
     FormatError or LimitError naming the file.
+
+    What the open builds (parsed objects, names, metadata) is charged to ``budget``,
+    the open's one ``ParseBudget`` (a fresh one when None): past 64 MiB plus 16 times
+    the pickle, central directory and index bytes read, a LimitError.
     """
     text = label(path)
+    spent = ParseBudget(text) if budget is None else budget
     with open_regular(text) as file:
         head = file.read(64)
     if head.lstrip(b" \t\r\n").startswith(b"{"):
-        return PyTorchFile(text, _index_shards(text), copy)
-    return PyTorchFile(text, [_Shard(text)], copy)
+        return PyTorchFile(text, _index_shards(text, spent), copy)
+    return PyTorchFile(text, [_Shard(text, spent)], copy)
 
 
 @guard_function
-def load_pytorch(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
+def load_pytorch(
+    path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None
+) -> dict[str, Tensor]:
     """Every tensor of a PyTorch checkpoint by dotted name; raises as ``open_pytorch``.
 
-    Tensors are zero-copy views of the mapped file unless ``copy=True``.
+    Tensors are zero-copy views of the mapped file unless ``copy=True``; ``budget`` as
+    for ``open_pytorch``.
     """
-    opened = open_pytorch(path, copy)
+    opened = open_pytorch(path, copy, budget=budget)
     return {name: shard.tensor(name, ref, copy) for name, (shard, ref) in opened._by_name.items()}
 
 
-def _index_shards(path: str) -> list[_Shard]:
-    return index_shards(path, _Shard, lambda shard: shard.tensors)
+def _index_shards(path: str, budget: ParseBudget) -> list[_Shard]:
+    """The shards of an index, all opened against the one budget (granted the index)."""
+    return index_shards(
+        path, lambda shard: _Shard(shard, budget), lambda shard: shard.tensors, budget=budget
+    )
