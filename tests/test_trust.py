@@ -444,7 +444,12 @@ def test_running_out_of_memory_is_a_limit_error() -> None:
     found: dict[str, Any] = json.loads(done.stdout)
     assert found.pop("afterwards") == [2]
     for name, outcome in found.items():
-        assert outcome == ["LimitError", f"{name}: the result does not fit in memory"], name
+        kind, message = outcome
+        assert kind == "LimitError", name
+        assert message.startswith(f"{name}: "), name
+        # Either the generic message, or the construction's own naming the shape and size.
+        assert "does not fit in memory" in message or "more than this process can" in message
+
 
 
 # -- 5. truth values follow NumPy ------------------------------------------------------

@@ -129,7 +129,7 @@ def _open_npy(where: str, copy: bool, budget: ParseBudget) -> Opened:
 
 
 def _open_pickle(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("pytorch", open_pytorch(where, copy))
+    return Opened("pytorch", open_pytorch(where, copy, budget=budget))
 
 
 def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
@@ -141,10 +141,9 @@ def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
             data = head + file.read()
             return Opened("json", SingleReader(Path(where).stem, Tensor.from_json(data)))
     check_index_size(size, where)  # at the file's size, before the index is read
-    budget.grant(size)
     if _first_shard_format(where) == "pickle":
-        return Opened("pytorch", open_pytorch(where, copy))
-    return Opened("safetensors", SafetensorsFile(where, _index_shards(where), copy))
+        return Opened("pytorch", open_pytorch(where, copy, budget=budget))
+    return Opened("safetensors", SafetensorsFile(where, _index_shards(where, budget), copy))
 
 
 def _is_index(head: bytes) -> bool:

@@ -259,7 +259,8 @@ def open_safetensors(path: PathLike, copy: bool = False) -> SafetensorsFile:
         )
         if not names:
             raise FormatError(f"{text}: the folder holds no *.safetensors files")
-        shards = [_Shard(os.path.join(text, name)) for name in names]
+        spent = ParseBudget(text)
+        shards = [_Shard(os.path.join(text, name), spent) for name in names]
     elif text.endswith(".json"):
         shards = _index_shards(text)
     else:
@@ -282,8 +283,12 @@ def load_safetensors(path: PathLike, copy: bool = False) -> dict[str, Tensor]:
     return {name: _tensor(shard, entry, copy) for name, (shard, entry) in opened._by_name.items()}
 
 
-def _index_shards(path: str) -> list[_Shard]:
-    return index_shards(path, _Shard, lambda shard: shard.entries)
+def _index_shards(path: str, budget: ParseBudget | None = None) -> list[_Shard]:
+    """The shards of a ``*.safetensors.index.json``, all charged to one parse budget."""
+    spent = ParseBudget(path) if budget is None else budget
+    return index_shards(
+        path, lambda shard: _Shard(shard, spent), lambda shard: shard.entries, budget=spent
+    )
 
 
 @guard_function
