@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._errors import FormatError
+from .._errors import FormatError, LimitError
 from .._shape import Shape
 from .._strict_json import loads_strict
 from .._tensor import Tensor
@@ -199,12 +199,32 @@ def detect(head: bytes, size: int, where: str) -> Format:
     """
     found = _matching(head[:HEAD_BYTES], size)
     if found is None:
+        _refuse_safetensors_framing(head, size, where)
         tried = ", ".join(entry.name for entry in FORMATS)
         raise FormatError(
             f"{where}: not a checkpoint strided recognizes (first bytes {head[:8]!r}; "
             f"tried {tried})"
         )
     return found
+
+
+def _refuse_safetensors_framing(head: bytes, size: int, where: str) -> None:
+    """Name the problem of a file framed as safetensors (byte 8 is ``{``) that fails the
+    framing check: a header length past the cap (LimitError) or past the end of the file.
+    """
+    if len(head) < 9 or head[8:9] != b"{":
+        return
+    (length,) = struct.unpack_from("<Q", head)
+    if length > MAX_HEADER_BYTES:
+        raise LimitError(
+            f"{where}: safetensors header length {length} exceeds the cap of "
+            f"{MAX_HEADER_BYTES} bytes"
+        )
+    if 8 + length > size:
+        raise FormatError(
+            f"{where}: safetensors header length {length} runs past the end of the "
+            f"{size}-byte file"
+        )
 
 
 def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
