@@ -222,8 +222,7 @@ def _refuse_safetensors_framing(head: bytes, size: int, where: str) -> None:
         )
     if 8 + length > size:
         raise FormatError(
-            f"{where}: safetensors header length {length} runs past the end of the "
-            f"{size}-byte file"
+            f"{where}: safetensors header length {length} runs past the end of the {size}-byte file"
         )
 
 
