@@ -108,6 +108,7 @@ def test_tricky_header_lengths_through_every_command(
     first = capsys.readouterr().out
     assert main(["hash", str(plain)]) == 0
     second = capsys.readouterr().out
+
     # Every tensor digest and the checkpoint's match a plain file's (the padding
     # metadata differs, so its line does too).
     def digests(out: str) -> list[str]:
