@@ -103,8 +103,9 @@ def _exact_number(value: object) -> int | float | Fraction:
         kind = value.dtype.kind
         if kind == "b":
             return int(bool(value))
-        # NumPy's own kinds need no look-up; only a scalar of another kind (most of
-        # ml_dtypes' are "V") can be one of ml_dtypes', which is then loaded already.
+        # NumPy's own kinds need no look-up; only a scalar of another kind (ml_dtypes'
+        # are mostly "V") can be one of ml_dtypes'. Looking those up imports ml_dtypes,
+        # which a caller holding such a scalar has done already.
         ml_ints, ml_floats = ((), ()) if kind in "iuf" else _ml_scalar_types()
         if kind in "iu" or isinstance(value, ml_ints):
             return int(value)
