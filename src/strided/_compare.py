@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ._convert import cast, round_to_float
-from ._dtype import DType
+from ._dtype import DType, finfo
 from ._scalar import Scalar
 
 __all__ = ["Tally", "Tolerance", "compare", "precision"]
@@ -32,8 +31,7 @@ __all__ = ["Tally", "Tolerance", "compare", "precision"]
 @functools.cache
 def precision(dtype: DType) -> int:
     """Significand bits of a float dtype, the implicit bit included (F32: 24)."""
-    info: Any = ml_dtypes.finfo  # untyped; it knows NumPy's floats and ml_dtypes' alike
-    return int(info(dtype.numpy).nmant) + 1
+    return int(finfo(dtype).nmant) + 1
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

@@ -20,6 +20,7 @@ number of workers.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -27,13 +28,13 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from ._checkpoint import Checkpoint
     from ._tensor import Tensor
 
@@ -381,6 +382,7 @@ class Runner:
                 yield function(task)
             return
         pool = self._start()
+        broken = _process_pools().BrokenProcessPool
         ahead = max(window if window is not None else 4 * self.jobs, 2)
         feed = 2 * (self.jobs - 1)  # tasks kept queued for the workers
         slots: deque[_Slot] = deque()
@@ -405,7 +407,7 @@ class Runner:
                     upcoming += 1
                 else:
                     yield slots.popleft().value()
-        except BrokenProcessPool:
+        except broken:
             raise OSError("a worker process died (out of memory or killed)") from None
         finally:
             for slot in slots:
@@ -425,13 +427,22 @@ class Runner:
             context = _context()
             # Forked workers are this process's children: they check it is still there.
             parent = os.getpid() if context.get_start_method() == "fork" else 0
-            self._pool = ProcessPoolExecutor(
+            self._pool = _process_pools().ProcessPoolExecutor(
                 max_workers=self.jobs - 1,
                 mp_context=context,
                 initializer=_worker_start,
                 initargs=(parent,),
             )
         return self._pool
+
+
+def _process_pools() -> ModuleType:
+    """``concurrent.futures.process``, imported when the first pool of workers starts.
+
+    With one job (the default) nothing uses it, and it and what it loads (logging,
+    multiprocessing's queues and connections) would add about 10 ms to every start-up.
+    """
+    return importlib.import_module("concurrent.futures.process")
 
 
 def _context() -> Any:

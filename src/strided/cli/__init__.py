@@ -6,10 +6,11 @@ match, 1 when they differ and 2 on trouble. Everything printed that comes from a
 (names, metadata, messages) is escaped, so a file cannot drive the terminal.
 
 Start-up time: this module imports only the standard library and strided's light
-modules. NumPy, ml_dtypes (about a second to load on its own), the readers and the job
-engine are imported inside the function of the command that runs, so ``--help``,
-``--version`` and usage errors answer at once. That is the reason for every import
-inside a function in this module.
+modules. NumPy, the readers and the job engine are imported inside the function of the
+command that runs, so ``--help``, ``--version`` and usage errors answer at once. That
+is the reason for every import inside a function in this module. ml_dtypes (about a
+second to load on its own) comes only when a BF16 or 8-bit float NumPy type is needed
+(see ``strided._dtype``), so a command on NumPy's own dtypes never loads it.
 """
 
 from __future__ import annotations
