@@ -28,7 +28,7 @@ from ._checkpoint import has_dtype
 from ._convert import convert_array
 from ._dtype import DType
 from ._errors import DataError, DTypeError, RangeError
-from ._jobs import JobError, Runner, loaded, opened
+from ._jobs import JobError, Runner, admit, loaded, opened
 from ._metadata_text import checkpoint_texts
 from ._pieces import pieces
 from ._values import Source
@@ -65,16 +65,24 @@ class Item(NamedTuple):
     target: DType | None
 
 
-def plan(checkpoint: Checkpoint, names: Sequence[str], dtype: DType | None) -> list[Item]:
+def plan(
+    checkpoint: Checkpoint,
+    names: Sequence[str],
+    dtype: DType | None,
+    allow_expanded: bool = False,
+) -> list[Item]:
     """How each named tensor is written; ``dtype`` converts floating tensors only.
 
     A quantized GGUF tensor becomes F32 (or ``dtype``). A tensor of a stored type
     strided cannot decode can only be copied byte for byte into safetensors, and only
-    from safetensors (DTypeError otherwise, naming the tensor).
+    from safetensors (DTypeError otherwise, naming the tensor). An expanded view is a
+    LimitError unless ``allow_expanded`` (``_jobs.admit``); allowed, it is written as
+    its logical values, streamed a bounded piece at a time.
     """
     items = []
+    infos = admit(checkpoint, names, allow_expanded)
     for name in names:
-        info = checkpoint.info(name)
+        info = infos[name]
         if has_dtype(info.dtype):
             source = DType[info.dtype]
             target = dtype if dtype is not None and source.is_float else source
