@@ -388,3 +388,43 @@ def test_a_huge_expand_is_refused_without_reading_it(tmp_path: Path) -> None:
     assert report == {command: [status, message] for command, status in expected.items()}
     assert peak < 16 << 20, peak
     assert not (tmp_path / "o.safetensors").exists()
+
+
+ALLOWED = """
+    import contextlib, io, json, sys, tracemalloc
+    from strided.cli import main
+    from strided.cli import _convert, _diff, _hash, _inspect, _verify  # imports before measuring
+    path, folder = sys.argv[1], sys.argv[2]
+    commands = {"hash": ["hash", path], "inspect --full": ["inspect", path, "--full"],
+                "convert": ["convert", path, folder + "/copy.safetensors"],
+                "convert --dtype": ["convert", path, folder + "/h.safetensors", "--dtype", "F16"],
+                "diff": ["diff", path, folder + "/copy.safetensors"]}
+    tracemalloc.start()  # NumPy's buffers included
+    report = {}
+    for label, command in commands.items():
+        tracemalloc.reset_peak()
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = main([*command, "--allow-expanded"])
+        report[label] = [status, tracemalloc.get_traced_memory()[1]]
+    print(json.dumps(report))
+"""
+
+
+def test_allowed_jobs_stream_an_expand_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "wide.pt"
+    logical_bytes = 256 << 20
+    torch.save({"w": torch.tensor([1.5, 2.5]).expand(logical_bytes // 8, 2)}, path)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(ALLOWED), str(path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    for label, (status, peak) in report.items():
+        assert status == 0, label
+        assert peak < logical_bytes // 4, (label, peak)  # never the logical size
+    copied = safetensors_numpy.load_file(str(tmp_path / "copy.safetensors"))["w"]
+    assert copied.shape == (logical_bytes // 8, 2) and (copied == [1.5, 2.5]).all()
