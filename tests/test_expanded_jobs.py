@@ -428,3 +428,47 @@ def test_allowed_jobs_stream_an_expand_in_bounded_memory(tmp_path: Path) -> None
         assert peak < logical_bytes // 4, (label, peak)  # never the logical size
     copied = safetensors_numpy.load_file(str(tmp_path / "copy.safetensors"))["w"]
     assert copied.shape == (logical_bytes // 8, 2) and (copied == [1.5, 2.5]).all()
+
+
+OVERFLOWING = """
+    import contextlib, io, json, sys, tracemalloc
+    from strided.cli import main
+    from strided.cli import _convert  # imports before measuring
+    import strided._export
+    tracemalloc.start()  # NumPy's buffers included
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["convert", sys.argv[1], sys.argv[2], "--dtype", "F16", "--allow-expanded"])
+    print(json.dumps([status, err.getvalue(), tracemalloc.get_traced_memory()[1]]))
+"""
+
+
+def test_a_value_that_does_not_fit_is_named_without_converting_the_logical_size(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "overflow.pt"
+    half = 1 << 23
+    torch.save({"w": torch.tensor([[1.0], [1e10]]).expand(2, half)}, path)  # 64 MiB logical
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(OVERFLOWING),
+            str(path),
+            str(tmp_path / "o.safetensors"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    status, err, peak = json.loads(result.stdout.strip().splitlines()[-1])
+    # The message converting the dense values gives: the first element that overflows.
+    dense = st.Tensor.from_numpy(np.array([[1.0] * 4, [1e10] * 4], dtype=np.float32))
+    with pytest.raises(st.RangeError) as expected:
+        dense.convert("F16")
+    assert "element [1, 0]" in str(expected.value)
+    assert (status, err) == (1, f"strided: {path}: tensor 'w': {expected.value}\n")
+    assert peak < 32 << 20, peak  # converting the whole tensor took over 500 MiB
+    assert not (tmp_path / "o.safetensors").exists()

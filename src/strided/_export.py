@@ -51,6 +51,7 @@ from .io._shards import (
 
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint
+    from ._tensor import Tensor
 
 __all__ = ["Item", "plan", "text_metadata", "write_safetensors"]
 
@@ -138,11 +139,23 @@ def convert_task(task: ConvertTask) -> np.ndarray[Any, Any]:
         try:
             values = convert_array(source.values(start, stop), source.dtype, target)
         except RangeError:
-            checkpoint[name].convert(target)  # raises with the element's index in the tensor
+            _convert_distinct(checkpoint[name], target)  # raises, naming the element
             raise
         return np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     except DataError as error:
         raise JobError(path, name, str(error)) from None
+
+
+def _convert_distinct(tensor: Tensor, target: DType) -> None:
+    """``tensor.convert(target)`` at the cost of its distinct elements, for its RangeError.
+
+    Axes along which the tensor repeats (stride 0: an ``expand`` view) are converted at
+    index 0 only. The first element that does not fit, in row-major order, has index 0
+    on those axes, so the error names it exactly as converting the whole tensor would,
+    without converting its logical size.
+    """
+    keep = tuple(slice(0, 1) if step == 0 else slice(None) for step in tensor.strides)
+    tensor[keep].convert(target)
 
 
 class _Writer:

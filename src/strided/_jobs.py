@@ -57,7 +57,8 @@ __all__ = [
     "where",
 ]
 
-# A task reads about this many stored bytes (one tensor at least, when not splittable).
+# A task reads about this many bytes of logical values (one tensor at least, when not
+# splittable).
 TASK_BYTES = 1 << 24
 # Checkpoints a worker keeps open at once.
 _OPEN_LIMIT = 8
