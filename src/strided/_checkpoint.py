@@ -32,13 +32,26 @@ class TensorInfo(NamedTuple):
     """A tensor as its file's header describes it, without reading its data.
 
     ``dtype`` is a ``DType`` name, or the stored type's own name where strided has no
-    DType for it (``"Q4_K"``, ``"F4"``); ``byte_len`` is the stored size in bytes.
+    DType for it (``"Q4_K"``, ``"F4"``). ``byte_len`` is the stored size in bytes: what
+    the file holds of the tensor. That is ``numel x itemsize`` for a plain tensor, the
+    stored blocks of a quantized GGUF tensor, and for a PyTorch view whose elements
+    repeat (``expand``) only the storage its distinct elements occupy, so
+    ``torch.zeros(1).expand(2**33)`` stores 4 bytes. ``logical_len`` is the size of
+    its logical values.
     """
 
     name: str
     dtype: str
     shape: Shape
     byte_len: int
+
+    @property
+    def logical_len(self) -> int:
+        """The bytes of the logical values, ``numel x itemsize``: what a whole-tensor job
+        reads, hashes or writes. Equal to ``byte_len`` except for an expanded PyTorch
+        view (larger); for a stored type strided has no DType for, ``byte_len``."""
+        dtype = _DTYPES.get(self.dtype)
+        return self.byte_len if dtype is None else self.shape.numel * dtype.itemsize
 
 
 class _Reader(Protocol):
@@ -144,7 +157,7 @@ class Checkpoint(Mapping[str, Tensor]):
         tensor = self[name]
         return tensor.inspect() if options is None else tensor.inspect(options)
 
-    def digest(self) -> str:
+    def digest(self, *, allow_expanded: bool = False) -> str:
         """The checkpoint's content digest: 64 lowercase hex digits.
 
         SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n`` for every tensor, names sorted
@@ -152,11 +165,18 @@ class Checkpoint(Mapping[str, Tensor]):
         ``\\n``, ``\\t``), where each tensor's digest is ``Tensor.digest()`` (a tensor
         of a stored type strided cannot decode, such as a quantized GGUF tensor, hashes
         its stored bytes under that type's name). Independent of the file format,
-        shard split, tensor order and metadata. Reads every tensor once.
+        shard split, tensor order and metadata. Reads every tensor once, a bounded
+        piece at a time.
+
+        A tensor whose logical size (``info(name).logical_len``) is more than
+        ``MAX_EXPANSION`` (2**20) times its stored bytes (``byte_len``: a PyTorch
+        ``expand`` view) is a LimitError naming it, raised before any data is read,
+        unless ``allow_expanded=True``: then it is hashed by its logical bytes like any
+        tensor, which costs time in its logical size (memory stays bounded).
         """
         from ._digest import checkpoint_digest
 
-        return checkpoint_digest(self)
+        return checkpoint_digest(self, allow_expanded)
 
     def metadata_digest(self) -> str:
         """The metadata's digest: 64 lowercase hex digits, the same in every format.
@@ -321,6 +341,8 @@ def open_checkpoint(
         return _from_safetensors(where, reader)
     if kind == "gguf":
         return _from_gguf(where, reader)
+    if kind == "pytorch":
+        return _from_pytorch(where, reader)
     return _from_reader(where, kind, reader)
 
 
@@ -390,6 +412,15 @@ class _GGUFReader:
 
     def close(self) -> None:
         self.handle.close()
+
+
+def _from_pytorch(where: str, reader: Any) -> Checkpoint:
+    """A PyTorch reader: sizes are the storage each view's distinct elements occupy."""
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
+    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
 
 
 def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._jobs import admit
 from ._pieces import pieces
 
 if TYPE_CHECKING:
@@ -144,9 +145,14 @@ def combine(digests: Iterable[tuple[str, str]]) -> str:
     return total.hexdigest()
 
 
-def checkpoint_digest(checkpoint: Checkpoint) -> str:
-    """The digest of every tensor of ``checkpoint``, combined (see the module docstring)."""
-    return combine((name, digest_of(checkpoint, name)) for name in checkpoint)
+def checkpoint_digest(checkpoint: Checkpoint, allow_expanded: bool = False) -> str:
+    """The digest of every tensor of ``checkpoint``, combined (see the module docstring).
+
+    An expanded view is a LimitError before anything is read unless ``allow_expanded``
+    (``_jobs.admit``).
+    """
+    names = list(admit(checkpoint, checkpoint, allow_expanded))
+    return combine((name, digest_of(checkpoint, name)) for name in names)
 
 
 def run_task(task: tuple[str, Sequence[str]]) -> list[str]:

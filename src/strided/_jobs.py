@@ -27,15 +27,18 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._errors import LimitError
+from ._limits import MAX_EXPANSION
+
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
-    from ._checkpoint import Checkpoint
+    from ._checkpoint import Checkpoint, TensorInfo
     from ._tensor import Tensor
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "JobError",
     "Part",
     "Runner",
+    "admit",
     "loaded",
     "opened",
     "plan",
@@ -54,10 +58,12 @@ __all__ = [
     "where",
 ]
 
-# A task reads about this many stored bytes (one tensor at least, when not splittable).
+# A task reads about this many bytes of logical values (one tensor at least, when not
+# splittable).
 TASK_BYTES = 1 << 24
 # Checkpoints a worker keeps open at once.
 _OPEN_LIMIT = 8
+_EXPANSION_BITS = MAX_EXPANSION.bit_length() - 1  # MAX_EXPANSION is a power of two
 
 
 class JobError(Exception):
@@ -87,10 +93,39 @@ class Part:
     stop: int
 
 
+def admit(
+    checkpoint: Checkpoint, names: Iterable[str], allow_expanded: bool = False
+) -> dict[str, TensorInfo]:
+    """The header facts of the tensors a job is about to read, by name, in order.
+
+    Every job calls this before it reads any tensor data. A tensor whose logical size
+    (``TensorInfo.logical_len``) is more than ``MAX_EXPANSION`` times its stored bytes
+    (``byte_len``: a PyTorch ``expand`` view, whose few stored bytes describe a huge
+    tensor) is a LimitError naming the file and the tensor, unless ``allow_expanded``:
+    the job's time (never its memory) would grow with the logical size. Reads headers
+    only; KeyError for a name not in the checkpoint.
+    """
+    infos = {}
+    for name in names:
+        info = checkpoint.info(name)
+        logical = info.logical_len
+        if not allow_expanded and logical > info.byte_len * MAX_EXPANSION:
+            raise LimitError(
+                f"{checkpoint.path}: tensor {name!r}: logical size {logical} bytes is more "
+                f"than 2^{_EXPANSION_BITS} x its {info.byte_len} stored bytes (an expanded "
+                "view); pass --allow-expanded (allow_expanded=True) to process it"
+            )
+        infos[name] = info
+    return infos
+
+
 def plan(
     sizes: Sequence[tuple[str, int, int]], split: bool, target: int = TASK_BYTES
 ) -> list[list[Part]]:
-    """Tasks (lists of Parts) over ``(name, numel, stored_bytes)`` in the given order.
+    """Tasks (lists of Parts) over ``(name, numel, bytes)`` in the given order.
+
+    ``bytes`` is the work a tensor is: the logical bytes it reads (which for an
+    expanded view, allowed by ``admit``, exceed its stored bytes).
 
     Tensors smaller than ``target`` bytes are batched until a task holds about
     ``target`` bytes; with ``split``, a larger tensor is cut into chunks of about

@@ -9,6 +9,7 @@ from ._errors import DataError, LimitError, ShapeError
 
 __all__ = [
     "MAX_ELEMENTS",
+    "MAX_EXPANSION",
     "MAX_INSPECTION_SAMPLES",
     "MAX_RANK",
     "check_dims",
@@ -111,3 +112,12 @@ def describe(value: object) -> str:
 # header, index, central directory and pickle it reads (io/_budget.ParseBudget).
 BUDGET_BASE = 64 << 20
 BUDGET_FACTOR = 16
+
+
+# -- what a job may do with a view whose elements repeat -------------------------------
+
+# A checkpoint job (hash, verify, diff, convert, inspect --full) refuses a tensor whose
+# logical bytes exceed its stored bytes more than this many times (an ``expand`` view:
+# a 1.5 KB file can describe 32 GiB), unless allowed explicitly: its work costs the
+# logical size while the file holds only the stored bytes.
+MAX_EXPANSION = 2**20
