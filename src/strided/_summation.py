@@ -21,7 +21,8 @@ Arrays in, arrays (or Python numbers) out; nothing here knows of tensors or file
   subnormal (``2**-149`` for F32, ``2**-1074`` for F64, 1 for integers). Partials of
   pieces, chunks and processes ``merge`` exactly in any grouping and are rounded once.
   F32/F16/BF16/FP8 values are binned by exponent so that NumPy's ``bincount`` adds
-  ``2**20`` of a bin exactly in F64; F64 values go through the exact engine's parts.
+  ``2**20`` of a bin exactly in F64; F64 values go through the exact engine's parts
+  (or, spanning many exponents, through their bits).
 """
 
 from __future__ import annotations
@@ -344,29 +345,25 @@ def _exact_rows(wide: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Correctly rounded F64 sums of finite rows (``magnitude`` = each row's max |x|)."""
     if wide.shape[1] <= 2:
         return np.asarray(_add(wide, axis=1) + 0.0)  # one IEEE addition rounds correctly
-    parts, high = _exact_parts(wide, float(_max(magnitude)))
-    if high is None:
+    # Extraction sums grow to at most 2**34 (MAX_ELEMENTS) times the largest value, and
+    # sigma adds 2**9 more: below 2**960 nothing can overflow.
+    if float(_max(magnitude)) < 2.0**960:
+        parts = _row_parts(wide)
         sums, ok = _certified_parts(parts, np.zeros(parts.shape[0]))
         for i in np.flatnonzero(~ok).tolist():
             sums[i] = _exact_float(parts[i].tolist())
         return sums
-    return np.array(
-        [_exact_float(high[i].tolist(), 200, parts[i].tolist()) for i in range(wide.shape[0])]
-    )
-
-
-def _exact_parts(wide: np.ndarray, magnitude: float) -> tuple[np.ndarray, np.ndarray | None]:
-    """Few floats per finite row, ``(parts, high)``: each row sums exactly to the sum of
-    its ``parts`` plus ``2**200`` times the sum of its ``high`` parts (None: no high part)."""
-    # Extraction sums grow to at most 2**34 (MAX_ELEMENTS) times the largest value, and
-    # sigma adds 2**9 more: below 2**960 nothing can overflow.
-    if magnitude < 2.0**960:
-        return _row_parts(wide), None
     # Huge values: split off the large elements and scale them down by 2**-200, which is
     # exact for them (they stay far above the subnormal range).
     large = np.abs(wide) >= 2.0**-800
-    high = _row_parts(np.where(large, wide, 0.0) * 2.0**-200)
-    return _row_parts(np.where(large, 0.0, wide)), high
+    high_parts = _row_parts(np.where(large, wide, 0.0) * 2.0**-200)
+    low_parts = _row_parts(np.where(large, 0.0, wide))
+    return np.array(
+        [
+            _exact_float(high_parts[i].tolist(), 200, low_parts[i].tolist())
+            for i in range(wide.shape[0])
+        ]
+    )
 
 
 def _row_parts(rows: np.ndarray) -> np.ndarray:
@@ -627,20 +624,37 @@ def float_exact(values: np.ndarray, wide: np.ndarray, dtype: DType) -> ExactSum:
 
 
 def _f64_units(values: np.ndarray) -> int:
-    """The exact sum of finite F64 values in units of ``2**-1074``, from the exact parts."""
-    if values.size == 0:
+    """The exact sum of finite F64 values in units of ``2**-1074``.
+
+    Values spanning few exponents take the exact engine's parts (a few extraction
+    passes); wide spans, where extraction would need up to ~50 passes, are summed from
+    their bits instead: integer significands shifted within 10-exponent bins (below
+    2**62), added by ``bincount`` in two 31-bit halves.
+    """
+    magnitude = np.abs(values)
+    top = float(_max(magnitude, initial=0.0))
+    if top == 0.0:
         return 0
-    magnitude = max(float(_max(values)), -float(_min(values)))
-    parts, high = _exact_parts(values.reshape(1, -1), magnitude)
-    total = _units(parts[0].tolist(), _F64_UNIT)
-    return total if high is None else total + _units(high[0].tolist(), _F64_UNIT + 200)
-
-
-def _units(parts: list[float], bits: int) -> int:
-    """``sum(parts) * 2**bits`` for floats that are multiples of ``2**-bits``."""
+    bottom = float(_min(magnitude, where=magnitude > 0, initial=math.inf))
+    if top < 2.0**960 and top < bottom * 2.0**128:
+        total = 0
+        for part in _row_parts(values.reshape(1, -1))[0].tolist():
+            numerator, denominator = part.as_integer_ratio()  # a power of two up to 2**1074
+            total += numerator * ((1 << _F64_UNIT) // denominator)
+        return total
+    width = 10
+    bits = magnitude.view(np.uint64).astype(np.int64)
+    exponent = bits >> 52
+    significand = (bits & ((1 << 52) - 1)) | ((exponent != 0).astype(np.int64) << 52)
+    position = np.maximum(exponent, 1) - 1  # value = significand * 2**position units
+    bins = position // width
+    shifted = significand << (position % width)
+    negative = values < 0
     total = 0
-    for part in parts:
-        if part:
-            numerator, denominator = part.as_integer_ratio()
-            total += numerator * ((1 << bits) // denominator)
+    for shift, half in ((0, shifted & ((1 << 31) - 1)), (31, shifted >> 31)):
+        weights = half.astype(np.float64)  # below 2**31: 2**20 of them add exactly
+        np.negative(weights, out=weights, where=negative)
+        sums = np.bincount(bins, weights=weights)
+        for index in np.flatnonzero(sums).tolist():
+            total += int(sums[index]) << (index * width + shift)
     return total
