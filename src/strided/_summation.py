@@ -173,10 +173,6 @@ def _float_sum(flat: np.ndarray, dtype: DType) -> float:
     return result
 
 
-def _flat_nonfinite(flat: np.ndarray) -> float:
-    return float(nonfinite(np.array([_max(flat)]), np.array([_min(flat)]))[0])
-
-
 def _f64_fast(flat: np.ndarray) -> float | None:
     """One extraction pass per block, then a certified rounding; None when not certified."""
     parts: list[float] = []
@@ -188,7 +184,7 @@ def _f64_fast(flat: np.ndarray) -> float | None:
         n = block.size
         high, low = float(_max(block)), float(_min(block))
         if not (math.isfinite(high) and math.isfinite(low)):
-            return _flat_nonfinite(flat)
+            return float(nonfinite(np.array([_max(flat)]), np.array([_min(flat)]))[0])
         magnitude = max(high, -low)
         if magnitude == 0.0:
             continue
@@ -232,7 +228,8 @@ def _narrow_fast(flat: np.ndarray, dtype: DType) -> float | None:
         n = block.size
         high, low = float(_max(block)), float(_min(block))
         if not (math.isfinite(high) and math.isfinite(low)):
-            return _flat_nonfinite(widen(flat, dtype))
+            wide = widen(flat, dtype)
+            return float(nonfinite(np.array([_max(wide)]), np.array([_min(wide)]))[0])
         wide = partial[:n]
         np.copyto(wide, block)
         if n % 128 == 0 and n >= 1024:
@@ -346,24 +343,14 @@ def _exact_rows(wide: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     if wide.shape[1] <= 2:
         return np.asarray(_add(wide, axis=1) + 0.0)  # one IEEE addition rounds correctly
     # Extraction sums grow to at most 2**34 (MAX_ELEMENTS) times the largest value, and
-    # sigma adds 2**9 more: below 2**960 nothing can overflow.
-    if float(_max(magnitude)) < 2.0**960:
-        parts = _row_parts(wide)
-        sums, ok = _certified_parts(parts, np.zeros(parts.shape[0]))
-        for i in np.flatnonzero(~ok).tolist():
-            sums[i] = _exact_float(parts[i].tolist())
-        return sums
-    # Huge values: split off the large elements and scale them down by 2**-200, which is
-    # exact for them (they stay far above the subnormal range).
-    large = np.abs(wide) >= 2.0**-800
-    high_parts = _row_parts(np.where(large, wide, 0.0) * 2.0**-200)
-    low_parts = _row_parts(np.where(large, 0.0, wide))
-    return np.array(
-        [
-            _exact_float(high_parts[i].tolist(), 200, low_parts[i].tolist())
-            for i in range(wide.shape[0])
-        ]
-    )
+    # sigma adds 2**9 more: below 2**960 nothing can overflow. Huge rows are summed whole.
+    if float(_max(magnitude)) >= 2.0**960:
+        return np.array([round_units(_f64_units(row), DType.F64) for row in wide])
+    parts = _row_parts(wide)
+    sums, ok = _certified_parts(parts, np.zeros(parts.shape[0]))
+    for i in np.flatnonzero(~ok).tolist():
+        sums[i] = round_units(_parts_units(parts[i].tolist()), DType.F64)
+    return sums
 
 
 def _row_parts(rows: np.ndarray) -> np.ndarray:
@@ -446,22 +433,6 @@ def _certified_parts(parts: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, 
         down = result - np.nextafter(result, -np.inf)
         ok = np.isfinite(result) & np.isfinite(bound) & (2.0 * bound < np.minimum(up, down))
     return result + 0.0, ok
-
-
-def _exact_float(parts: list[float], shift: int = 0, extra: list[float] | None = None) -> float:
-    """``sum(parts) * 2**shift + sum(extra)``, rounded once (overflow gives infinity)."""
-    if shift == 0 and extra is None:
-        try:
-            return math.fsum(parts) + 0.0
-        except OverflowError:
-            pass
-    total = sum((Fraction(p) for p in parts), Fraction(0)) * 2**shift
-    if extra:
-        total += sum((Fraction(p) for p in extra), Fraction(0))
-    try:
-        return float(total) + 0.0
-    except OverflowError:
-        return math.inf if total > 0 else -math.inf
 
 
 # -- integers -------------------------------------------------------------------------------
@@ -637,11 +608,7 @@ def _f64_units(values: np.ndarray) -> int:
         return 0
     bottom = float(_min(magnitude, where=magnitude > 0, initial=math.inf))
     if top < 2.0**960 and top < bottom * 2.0**128:
-        total = 0
-        for part in _row_parts(values.reshape(1, -1))[0].tolist():
-            numerator, denominator = part.as_integer_ratio()  # a power of two up to 2**1074
-            total += numerator * ((1 << _F64_UNIT) // denominator)
-        return total
+        return _parts_units(_row_parts(values.reshape(1, -1))[0].tolist())
     width = 10
     bits = magnitude.view(np.uint64).astype(np.int64)
     exponent = bits >> 52
@@ -657,4 +624,13 @@ def _f64_units(values: np.ndarray) -> int:
         sums = np.bincount(bins, weights=weights)
         for index in np.flatnonzero(sums).tolist():
             total += int(sums[index]) << (index * width + shift)
+    return total
+
+
+def _parts_units(parts: list[float]) -> int:
+    """The exact sum of finite floats in units of ``2**-1074`` (every float is a multiple)."""
+    total = 0
+    for part in parts:
+        numerator, denominator = part.as_integer_ratio()  # a power of two up to 2**1074
+        total += numerator * ((1 << _F64_UNIT) // denominator)
     return total
