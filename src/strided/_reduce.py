@@ -1,9 +1,9 @@
 """Tensor methods for sum and matmul.
 
-Integer sums are exact: narrow integers accumulate in a 64-bit type (exact for up to
-2**31 terms); 64-bit integers are summed block by block, either directly when the block's
-bound rules out wrapping or as 32-bit high and low halves, with Python ints carrying the
-(few) block totals. Float sums live in ``_fsum``, products in ``_matmul``.
+Integer sums are exact: axis sums accumulate in a 64-bit type (exact for up to 2**31
+terms), 64-bit integers as 32-bit high and low halves; full sums and very long rows are
+``_summation.int_total``'s Python ints. Float sums live in ``_summation``, products in
+``_matmul``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import numpy as np
 
 from ._arith import ArithMethods, check_arithmetic
 from ._base import TensorInternals
-from ._checked import CHUNK, first_index, int_range
+from ._checked import first_index, int_range
 from ._convert import cast, widen
 from ._dtype import DType
 from ._errors import DTypeError, IndexingError, RangeError, ShapeError
-from ._fsum import float_row_sums, float_sum
 from ._limits import check_dims
 from ._matmul import MatmulOverflow, matmul_arrays
 from ._scalar import Scalar
+from ._summation import float_row_sums, float_sum, int_total
 
 if TYPE_CHECKING:
     from ._tensor import Tensor
@@ -126,31 +126,11 @@ def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
 def _sum_all(array: np.ndarray, dtype: DType) -> Scalar:
     if dtype.is_float:
         return Scalar._trusted(dtype, float_sum(array, dtype))
-    total = _int_total(np.ascontiguousarray(array).reshape(-1), dtype)
+    total = int_total(np.ascontiguousarray(array).reshape(-1), dtype)
     lo, hi = int_range(dtype)
     if not lo <= total <= hi:
         raise RangeError(f"sum: the sum {total} does not fit {dtype.name} ({lo} to {hi})")
     return Scalar._trusted(dtype, total)
-
-
-def _int_total(flat: np.ndarray, dtype: DType) -> int:
-    if dtype.itemsize <= 4:
-        wide = np.int64 if dtype.is_signed else np.uint64
-        return sum(
-            int(_add(flat[i : i + _EXACT_TERMS], dtype=wide))
-            for i in range(0, flat.size, _EXACT_TERMS)
-        )
-    total = 0
-    limit = 2**63 if dtype.is_signed else 2**64
-    for start in range(0, flat.size, CHUNK):
-        block = flat[start : start + CHUNK]
-        high, low = int(block.max()), int(block.min())
-        if max(high, -low) * block.size < limit:
-            total += int(_add(block))  # no partial sum can wrap
-        else:
-            # Halves: |high half| < 2**31 and low half < 2**32, so neither sum can wrap.
-            total += (int(_add(block >> 32)) << 32) + int(_add(block & _M32))
-    return total
 
 
 def _sum_axes(array: np.ndarray, dtype: DType, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -233,7 +213,7 @@ def _int_sum_axes_python(
     lo, hi = int_range(dtype)
     totals = []
     for i in range(rows.shape[0]):
-        total = _int_total(np.ascontiguousarray(rows[i]), dtype)
+        total = int_total(np.ascontiguousarray(rows[i]), dtype)
         if not lo <= total <= hi:
             raise _Overflow(tuple(int(j) for j in np.unravel_index(i, out_shape)), total)
         totals.append(total)
