@@ -119,7 +119,7 @@ def test_lazy_package_import() -> None:
         "names = set(dir(strided))\n"
         "print(set(strided.__all__) <= names, 'numpy' in sys.modules)\n"
         "from strided import Tensor, open_checkpoint\n"
-        "from strided._tensor import Tensor as home\n"
+        "from strided._tensor.tensor import Tensor as home\n"
         "print(Tensor is home, 'Tensor' in vars(strided), 'numpy' in sys.modules)\n"
     )
     result = python("-c", probe)
@@ -158,7 +158,7 @@ try:
     runpy.run_module("strided", run_name="__main__", alter_sys=True)
 except SystemExit as stop:
     status = stop.code
-heavy = ["numpy", "ml_dtypes", "strided._dtype", "strided._jobs", "strided.io"]
+heavy = ["numpy", "ml_dtypes", "strided._core.dtype", "strided.jobs._pool", "strided.io"]
 print("STATUS", status, "LOADED", *[name for name in heavy if name in sys.modules], file=sys.stderr)
 """
 

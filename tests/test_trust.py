@@ -451,7 +451,6 @@ def test_running_out_of_memory_is_a_limit_error() -> None:
         assert "does not fit in memory" in message or "more than this process can" in message
 
 
-
 # -- 5. truth values follow NumPy ------------------------------------------------------
 
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
-from ._errors import DTypeError
-from ._limits import describe
+from .errors import DTypeError
+from .limits import describe
 
 if TYPE_CHECKING:
-    from ._scalar import Scalar
+    from .scalar import Scalar
 
 __all__ = ["DType", "as_dtype", "finite_range"]
 
@@ -96,14 +96,14 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
     @property
     def min(self) -> Scalar:
         """The smallest finite value, as a Scalar (``false`` for BOOL, 2**-127 for F8_E8M0)."""
-        from ._scalar import Scalar
+        from .scalar import Scalar
 
         return Scalar(self, _FACTS[self].min)
 
     @property
     def max(self) -> Scalar:
         """The largest finite value, as a Scalar (``true`` for BOOL)."""
-        from ._scalar import Scalar
+        from .scalar import Scalar
 
         return Scalar(self, _FACTS[self].max)
 

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._dtype import DType
-from ._errors import DTypeError, FormatError, LimitError, RangeError
+from .dtype import DType
+from .errors import DTypeError, FormatError, LimitError, RangeError
 
 __all__ = [
     "MAX_DIGITS",

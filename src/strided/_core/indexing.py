@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import IndexingError, LimitError
-from ._limits import MAX_RANK
+from .errors import IndexingError, LimitError
+from .limits import MAX_RANK
 
 __all__ = ["apply", "normalize"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Iterator
 
-from ._errors import DataError, LimitError, ShapeError
+from .errors import DataError, LimitError, ShapeError
 
 __all__ = [
     "MAX_ELEMENTS",

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._errors import LimitError
+from .errors import LimitError
 
 __all__ = ["guard_function", "guard_methods", "out_of_memory", "view_only"]
 

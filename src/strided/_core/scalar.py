@@ -11,10 +11,10 @@ from typing import Any, NoReturn
 import ml_dtypes
 import numpy as np
 
-from ._dtype import DType, finite_range
-from ._errors import DTypeError, FormatError, LimitError, RangeError
-from ._floats import MAX_DIGITS, parse_float, round_exact, shortest_text
-from ._scalar_format import format_scalar
+from .dtype import DType, finite_range
+from .errors import DTypeError, FormatError, LimitError, RangeError
+from .floats import MAX_DIGITS, parse_float, round_exact, shortest_text
+from .scalar_format import format_scalar
 
 __all__ = ["Scalar", "parse_value", "to_value"]
 

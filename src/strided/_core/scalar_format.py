@@ -17,11 +17,11 @@ import re
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from ._dtype import DType
-from ._errors import FormatError, LimitError
+from .dtype import DType
+from .errors import FormatError, LimitError
 
 if TYPE_CHECKING:
-    from ._scalar import Scalar
+    from .scalar import Scalar
 
 __all__ = ["format_scalar"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, SupportsIndex
 
-from ._errors import IndexingError, ShapeError
-from ._limits import describe, full_int_text, int_text, to_dim
-from ._memory import guard_methods
+from .errors import IndexingError, ShapeError
+from .limits import describe, full_int_text, int_text, to_dim
+from .memory import guard_methods
 
 __all__ = ["Shape"]
 

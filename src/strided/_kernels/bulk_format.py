@@ -32,8 +32,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._dtype import DType
-from ._floats import render, shortest_text
+from .._core.dtype import DType
+from .._core.floats import render, shortest_text
 
 
 def _optional_orjson() -> Any:

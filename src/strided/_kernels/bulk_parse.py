@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ._dtype import DType
-from ._errors import DataError, FormatError
-from ._floats import MAX_DIGITS
-from ._scalar import parse_value
+from .._core.dtype import DType
+from .._core.errors import DataError, FormatError
+from .._core.floats import MAX_DIGITS
+from .._core.scalar import parse_value
 
 __all__ = ["parse_list", "parse_quoted"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dtype import DType, finite_range
-from ._errors import DivisionError, RangeError
+from .._core.dtype import DType, finite_range
+from .._core.errors import DivisionError, RangeError
 
 __all__ = [
     "CHUNK",

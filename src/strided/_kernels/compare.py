@@ -22,9 +22,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._convert import cast, round_to_float
-from ._dtype import DType
-from ._scalar import Scalar
+from .._core.dtype import DType
+from .._core.scalar import Scalar
+from .convert import cast, round_to_float
 
 __all__ = ["Tally", "Tolerance", "compare", "precision"]
 

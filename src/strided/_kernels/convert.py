@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checked import first_index, int_range
-from ._dtype import DType, finite_range
-from ._errors import RangeError
-from ._floats import significand_bits
+from .._core.dtype import DType, finite_range
+from .._core.errors import RangeError
+from .._core.floats import significand_bits
+from .checked import first_index, int_range
 
 __all__ = ["cast", "convert_array", "narrow", "round_to_float", "widen"]
 

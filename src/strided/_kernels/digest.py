@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._pieces import pieces
+from .pieces import pieces
 
 if TYPE_CHECKING:
-    from ._checkpoint import Checkpoint
-    from ._tensor import Tensor
+    from .._tensor.tensor import Tensor
+    from ..jobs._checkpoint import Checkpoint
 
 __all__ = [
     "checkpoint_digest",
@@ -107,7 +107,7 @@ def digest_of(
     Tensors of a strided DType hash their values' bytes (a quantized GGUF tensor is NOT
     dequantized: its stored blocks are hashed under the ggml type's name).
     """
-    from ._checkpoint import has_dtype
+    from ..jobs._checkpoint import has_dtype
 
     info = checkpoint.info(name)
     chunks = checkpoint._chunks(name)
@@ -151,8 +151,8 @@ def checkpoint_digest(checkpoint: Checkpoint) -> str:
 
 def run_task(task: tuple[str, Sequence[str]]) -> list[str]:
     """Digests of the named tensors of the checkpoint at a path (run in a worker)."""
-    from ._errors import DataError
-    from ._jobs import JobError, opened
+    from .._core.errors import DataError
+    from ..jobs._pool import JobError, opened
 
     path, names = task
     checkpoint = opened(path)

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ._construct import fresh_view
-from ._dtype import DType
-from ._errors import DTypeError, FormatError, LimitError
-from ._limits import MAX_RANK
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.limits import MAX_RANK
+from .._tensor.construct import fresh_view
 
 __all__ = ["CPU_DEVICE", "export_capsule", "import_array"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ._convert import cast, widen
-from ._dtype import DType
-from ._scalar import Scalar
+from .._core.dtype import DType
+from .._core.scalar import Scalar
+from .convert import cast, widen
 
 __all__ = ["Totals", "summary", "totals"]
 

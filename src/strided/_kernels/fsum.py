@@ -28,8 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._convert import cast, round_to_float, widen
-from ._dtype import DType
+from .._core.dtype import DType
+from .convert import cast, round_to_float, widen
 
 __all__ = ["float_row_sums", "float_sum"]
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ._bulk_format import format_flat, quoted_groups
-from ._bulk_parse import parse_list, parse_quoted
-from ._dtype import DType
-from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
-from ._limits import MAX_RANK, check_dims
-from ._strict_json import loads_strict
+from .._core.dtype import DType
+from .._core.errors import DataError, DTypeError, FormatError, LimitError, ShapeError
+from .._core.limits import MAX_RANK, check_dims
+from .bulk_format import format_flat, quoted_groups
+from .bulk_parse import parse_list, parse_quoted
+from .strict_json import loads_strict
 
 __all__ = ["document", "dumps", "from_document", "loads"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checked import first_index, int_range
-from ._convert import narrow, widen
-from ._dtype import DType
-from ._errors import RangeError
+from .._core.dtype import DType
+from .._core.errors import RangeError
+from .checked import first_index, int_range
+from .convert import narrow, widen
 
 __all__ = ["MatmulOverflow", "matmul_arrays"]
 

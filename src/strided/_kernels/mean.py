@@ -28,12 +28,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._convert import cast, round_to_float
-from ._dtype import DType
-from ._exact_stats import _FORMATS, totals
-from ._floats import round_exact
-from ._fsum import _gamma, _ordinals
-from ._reduce import _int_total
+from .._core.dtype import DType
+from .._core.floats import round_exact
+from .._tensor.reduce import _int_total
+from .convert import cast, round_to_float
+from .exact_stats import _FORMATS, totals
+from .fsum import _gamma, _ordinals
 
 __all__ = ["mean_of"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FormatError, LimitError
+from .._core.errors import FormatError, LimitError
 
 __all__ = ["loads_strict"]
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _checked
-from ._base import TensorInternals
-from ._convert import convert_array, narrow, widen
-from ._dtype import DType, as_dtype
-from ._errors import DTypeError
-from ._limits import check_dims
-from ._scalar import Scalar
+from .._core.dtype import DType, as_dtype
+from .._core.errors import DTypeError
+from .._core.limits import check_dims
+from .._core.scalar import Scalar
+from .._kernels import checked as _checked
+from .._kernels.convert import convert_array, narrow, widen
+from .base import TensorInternals
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["ArithMethods", "BinaryOp", "check_arithmetic"]
 
@@ -115,7 +115,7 @@ def _result_shape(op: BinaryOp, a: np.ndarray, b: np.ndarray) -> tuple[int, ...]
         return a.shape
     if a.ndim == 0:
         return b.shape
-    from ._shape import Shape
+    from .._core.shape import Shape
 
     try:
         dims = Shape(a.shape).broadcast(b.shape)

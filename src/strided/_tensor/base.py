@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._memory import guard_methods
+from .._core.memory import guard_methods
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ._dtype import DType
-    from ._tensor import Tensor
+    from .._core.dtype import DType
+    from .tensor import Tensor
 
 __all__ = ["TensorInternals"]
 

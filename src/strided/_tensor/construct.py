@@ -14,12 +14,12 @@ from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
-from ._convert import convert_array
-from ._dtype import DType
-from ._errors import DataError, DTypeError, FormatError, LimitError, ShapeError
-from ._limits import check_dims
-from ._scalar import Scalar
-from ._shape import Shape
+from .._core.dtype import DType
+from .._core.errors import DataError, DTypeError, FormatError, LimitError, ShapeError
+from .._core.limits import check_dims
+from .._core.scalar import Scalar
+from .._core.shape import Shape
+from .._kernels.convert import convert_array
 
 __all__ = [
     "BLOCK",

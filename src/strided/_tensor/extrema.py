@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._argfind import arg_extreme
-from ._arith import check_arithmetic
-from ._base import TensorInternals
-from ._dtype import DType
-from ._errors import ShapeError
-from ._mean import mean_of
-from ._reduce import normalize_axes
-from ._scalar import Scalar
+from .._core.dtype import DType
+from .._core.errors import ShapeError
+from .._core.scalar import Scalar
+from .._kernels.argfind import arg_extreme
+from .._kernels.mean import mean_of
+from .arith import check_arithmetic
+from .base import TensorInternals
+from .reduce import normalize_axes
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["StatsMethods"]
 
@@ -136,7 +136,7 @@ class StatsMethods(TensorInternals):
         return self._finish(found, dtype, axis is None and not keepdims)
 
     def _arg(self, find: Any, what: str, axis: object, keepdims: bool) -> Scalar | Tensor:
-        from ._tensor import normalize_axis
+        from .tensor import normalize_axis
 
         dtype = self._dtype
         check_arithmetic(what, dtype)

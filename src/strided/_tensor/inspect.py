@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ._base import TensorInternals
-from ._construct import python_values
-from ._dtype import DType
-from ._errors import DTypeError, FormatError
-from ._limits import MAX_INSPECTION_SAMPLES, describe, int_text, to_dim
-from ._scalar import Scalar
-from ._shape import Shape
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError
+from .._core.limits import MAX_INSPECTION_SAMPLES, describe, int_text, to_dim
+from .._core.scalar import Scalar
+from .._core.shape import Shape
+from .base import TensorInternals
+from .construct import python_values
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["InspectMethods", "TensorInspection", "TensorInspectionOptions"]
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._base import TensorInternals
-from ._construct import fresh_view
-from ._dlpack import CPU_DEVICE, export_capsule, import_array
+from .._kernels.dlpack import CPU_DEVICE, export_capsule, import_array
+from .base import TensorInternals
+from .construct import fresh_view
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["InteropMethods", "foreign_hint"]
 

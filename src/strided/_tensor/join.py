@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import DTypeError, LimitError, ShapeError
-from ._limits import MAX_RANK, check_dims
-from ._memory import guard_function
+from .._core.errors import DTypeError, LimitError, ShapeError
+from .._core.limits import MAX_RANK, check_dims
+from .._core.memory import guard_function
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["concatenate", "stack"]
 
@@ -33,7 +33,7 @@ def concatenate(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     naming the first tensor and axis that differ). ``axis`` may be negative; out of
     range is IndexingError. The result is a new contiguous tensor.
     """
-    from ._tensor import Tensor, normalize_axis
+    from .tensor import Tensor, normalize_axis
 
     arrays, dtype = _arrays(tensors, "concatenate")
     first = arrays[0].shape
@@ -67,7 +67,7 @@ def stack(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     IndexingError; the result's rank is at most MAX_RANK (LimitError). A new contiguous
     tensor.
     """
-    from ._tensor import Tensor, normalize_axis
+    from .tensor import Tensor, normalize_axis
 
     arrays, dtype = _arrays(tensors, "stack")
     first = arrays[0].shape
@@ -93,7 +93,7 @@ def _first_difference(shape: tuple[int, ...], first: tuple[int, ...]) -> str:
 
 def _arrays(tensors: object, what: str) -> tuple[list[np.ndarray], Any]:
     """The tensors' arrays and their one dtype, checked."""
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise DTypeError(

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ._construct import BLOCK, allocate, bulk_numbers, exact_values, leaf_types
-from ._dtype import DType
-from ._errors import LimitError, ShapeError
-from ._limits import MAX_RANK, check_dims, describe
+from .._core.dtype import DType
+from .._core.errors import LimitError, ShapeError
+from .._core.limits import MAX_RANK, check_dims, describe
+from .construct import BLOCK, allocate, bulk_numbers, exact_values, leaf_types
 
 __all__ = ["blocks", "check_values", "probe_shape", "row_blocks", "storage_from_nested"]
 

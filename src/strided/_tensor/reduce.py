@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._arith import ArithMethods, check_arithmetic
-from ._base import TensorInternals
-from ._checked import CHUNK, first_index, int_range
-from ._convert import cast, widen
-from ._dtype import DType
-from ._errors import DTypeError, IndexingError, RangeError, ShapeError
-from ._fsum import float_row_sums, float_sum
-from ._limits import check_dims
-from ._matmul import MatmulOverflow, matmul_arrays
-from ._scalar import Scalar
+from .._core.dtype import DType
+from .._core.errors import DTypeError, IndexingError, RangeError, ShapeError
+from .._core.limits import check_dims
+from .._core.scalar import Scalar
+from .._kernels.checked import CHUNK, first_index, int_range
+from .._kernels.convert import cast, widen
+from .._kernels.fsum import float_row_sums, float_sum
+from .._kernels.matmul import MatmulOverflow, matmul_arrays
+from .arith import ArithMethods, check_arithmetic
+from .base import TensorInternals
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["ReduceMethods", "normalize_axes"]
 
@@ -111,7 +111,7 @@ class ReduceMethods(TensorInternals):
 def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
     """An int or a tuple (or list) of axes as non-negative ints, None as every axis;
     IndexingError when one is out of range or repeated (NumPy refuses a repeated axis too)."""
-    from ._tensor import normalize_axis
+    from .tensor import normalize_axis
 
     if axis is None:
         return tuple(range(ndim))
@@ -271,7 +271,7 @@ def _matmul(left: Any, right: Any) -> Tensor:
             f"matmul: shapes {list(a.shape)} and {list(b.shape)} do not match "
             f"({a2.shape[-1]} columns on the left, {b2.shape[-2]} rows on the right)"
         )
-    from ._shape import Shape
+    from .._core.shape import Shape
 
     try:
         batch = Shape(a2.shape[:-2]).broadcast(b2.shape[:-2])

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._base import TensorInternals
-from ._checked import first_index
-from ._construct import allocate, leaf_types
-from ._dtype import DType
-from ._errors import DTypeError, IndexingError, ShapeError
-from ._limits import MAX_RANK, check_dims, describe, int_text
-from ._memory import guard_function
-from ._nested import blocks, check_values, probe_shape
-from ._scalar import Scalar
+from .._core.dtype import DType
+from .._core.errors import DTypeError, IndexingError, ShapeError
+from .._core.limits import MAX_RANK, check_dims, describe, int_text
+from .._core.memory import guard_function
+from .._core.scalar import Scalar
+from .._kernels.checked import first_index
+from .base import TensorInternals
+from .construct import allocate, leaf_types
+from .nested import blocks, check_values, probe_shape
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["SelectMethods", "masked", "where"]
 
@@ -71,7 +71,7 @@ class SelectMethods(TensorInternals):
 def _axis(axis: object, ndim: int) -> int:
     if type(axis) is int and -ndim <= axis < ndim:
         return axis % ndim
-    from ._tensor import normalize_axis
+    from .tensor import normalize_axis
 
     return normalize_axis(axis, ndim, "take")
 
@@ -187,8 +187,8 @@ def where(cond: object, a: object, b: object) -> Tensor:
     broadcast NumPy-style (ShapeError otherwise). The result is a new contiguous tensor
     of that dtype, bits copied exactly; every dtype works, FP8 included.
     """
-    from ._shape import Shape
-    from ._tensor import Tensor
+    from .._core.shape import Shape
+    from .tensor import Tensor
 
     if not isinstance(cond, Tensor) or cond.dtype is not DType.BOOL:
         found = cond.dtype.name if isinstance(cond, Tensor) else type(cond).__name__
@@ -207,7 +207,7 @@ def where(cond: object, a: object, b: object) -> Tensor:
 
 
 def _common_dtype(a: object, b: object) -> DType:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if a.dtype is not b.dtype:
@@ -223,7 +223,7 @@ def _common_dtype(a: object, b: object) -> DType:
 
 
 def _operand(value: object, dtype: DType) -> np.ndarray:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
     if isinstance(value, Tensor):
         return value._array

@@ -24,9 +24,15 @@ from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
-from . import _indexing
-from ._arith import ArithMethods
-from ._construct import (
+from .._core import indexing as _indexing
+from .._core.dtype import DType, as_dtype, finite_range
+from .._core.errors import DTypeError, IndexingError, ShapeError
+from .._core.limits import check_dims, int_text
+from .._core.memory import guard_function, view_only
+from .._core.scalar import Scalar
+from .._core.shape import Shape
+from .arith import ArithMethods
+from .construct import (
     check_numpy_input,
     fresh_view,
     python_values,
@@ -35,20 +41,14 @@ from ._construct import (
     storage_from_bytes,
     storage_from_values,
 )
-from ._dtype import DType, as_dtype, finite_range
-from ._errors import DTypeError, IndexingError, ShapeError
-from ._extrema import StatsMethods
-from ._inspect import InspectMethods
-from ._interop import InteropMethods, foreign_hint
-from ._limits import check_dims, int_text
-from ._memory import guard_function, view_only
-from ._nested import storage_from_nested
-from ._reduce import ReduceMethods
-from ._scalar import Scalar
-from ._select import SelectMethods, masked
-from ._shape import Shape
-from ._text import TextMethods
-from ._update import UpdateMethods
+from .extrema import StatsMethods
+from .inspect import InspectMethods
+from .interop import InteropMethods, foreign_hint
+from .nested import storage_from_nested
+from .reduce import ReduceMethods
+from .select import SelectMethods, masked
+from .text import TextMethods
+from .update import UpdateMethods
 
 __all__ = ["Tensor", "tensor"]
 
@@ -354,7 +354,7 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
 
         Hashes contiguous memory in place and strided views a bounded piece at a time.
         """
-        from ._digest import tensor_digest
+        from .._kernels.digest import tensor_digest
 
         return tensor_digest(self)
 

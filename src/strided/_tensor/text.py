@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _json
-from ._base import TensorInternals
-from ._bulk_format import format_flat
-from ._dtype import DType
+from .._core.dtype import DType
+from .._kernels import json_doc as _json
+from .._kernels.bulk_format import format_flat
+from .base import TensorInternals
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["TextMethods"]
 

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _indexing
-from ._base import TensorInternals
-from ._dtype import DType
-from ._errors import DataError, DTypeError, IndexingError, LimitError, ShapeError
-from ._limits import MAX_RANK
-from ._memory import guard_methods
-from ._scalar import Scalar
+from .._core import indexing as _indexing
+from .._core.dtype import DType
+from .._core.errors import DataError, DTypeError, IndexingError, LimitError, ShapeError
+from .._core.limits import MAX_RANK
+from .._core.memory import guard_methods
+from .._core.scalar import Scalar
+from .base import TensorInternals
 
 if TYPE_CHECKING:
-    from ._tensor import Tensor
+    from .tensor import Tensor
 
 __all__ = ["AtIndexer", "AtUpdate", "UpdateMethods"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import _digest
-from .._checkpoint import open_checkpoint
-from .._jobs import plan, runner, sharing, where
+from .._kernels import digest as _digest
+from ..jobs._checkpoint import open_checkpoint
+from ..jobs._pool import plan, runner, sharing, where
 from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line
 from ._progress import Progress
 

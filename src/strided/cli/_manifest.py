@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._errors import FormatError, LimitError
-from .._strict_json import loads_strict
+from .._core.errors import FormatError, LimitError
+from .._kernels.strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
 from ._text import escape_char
 

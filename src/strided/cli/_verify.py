@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .. import _scan
-from .._checkpoint import Checkpoint, has_dtype, open_checkpoint
-from .._digest import combine
-from .._dtype import DType
-from .._exact_stats import Totals, summary
-from .._jobs import plan, runner, sharing, where
+from .._core.dtype import DType
+from .._kernels.digest import combine
+from .._kernels.exact_stats import Totals, summary
+from ..jobs import _scan
+from ..jobs._checkpoint import Checkpoint, has_dtype, open_checkpoint
+from ..jobs._pool import plan, runner, sharing, where
 from ._progress import Progress
 from ._text import byte_size, index_text, safe
 
@@ -171,7 +171,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def _manifest(path: str) -> Manifest:
-    from .._errors import DataError
+    from .._core.errors import DataError
     from ._manifest import read_manifest
     from ._text import with_path
 

@@ -32,11 +32,11 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import numpy as np
 
-from .._construct import ReadOnlyMemory, borrow
-from .._dtype import DType
-from .._errors import FormatError, LimitError, ShapeError
-from .._limits import check_dims
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError, ShapeError
+from .._core.limits import check_dims
+from .._tensor.construct import ReadOnlyMemory, borrow
+from .._tensor.tensor import Tensor
 
 if TYPE_CHECKING:
     from ._budget import ParseBudget
@@ -342,8 +342,8 @@ def check_index_size(size: int, path: str) -> None:
 
 def parse_index(data: bytes, path: str) -> dict[str, set[str]]:
     """The shards an index's bytes name: shard file name -> the tensor names mapped to it."""
-    from .._limits import describe
-    from .._strict_json import loads_strict
+    from .._core.limits import describe
+    from .._kernels.strict_json import loads_strict
 
     index = loads_strict(data, path, _INDEX_DEPTH)
     if type(index) is not dict:

@@ -32,10 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._errors import FormatError
-from .._shape import Shape
-from .._strict_json import loads_strict
-from .._tensor import Tensor
+from .._core.errors import FormatError
+from .._core.shape import Shape
+from .._kernels.strict_json import loads_strict
+from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import MAX_INDEX_BYTES, check_index_size, file_size, map_file, open_regular
 from ._safetensors_header import MAX_HEADER_BYTES

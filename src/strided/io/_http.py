@@ -46,7 +46,7 @@ from collections import deque
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from .._errors import FormatError
+from .._core.errors import FormatError
 
 __all__ = [
     "MAX_REDIRECTS",

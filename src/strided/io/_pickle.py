@@ -35,7 +35,7 @@ import re
 import struct
 from typing import Any
 
-from .._errors import DataError, FormatError, LimitError
+from .._core.errors import DataError, FormatError, LimitError
 from ._budget import OBJECT_BYTES, ParseBudget
 from ._pickle_data import IntKey, StorageRef, describe
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop

@@ -20,9 +20,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._dtype import DType
-from .._errors import DataError, FormatError, LimitError
-from .._limits import check_dims
+from .._core.dtype import DType
+from .._core.errors import DataError, FormatError, LimitError
+from .._core.limits import check_dims
 
 __all__ = [
     "Global",

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._dtype import DType
-from .._errors import FormatError, LimitError
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
 from ._pickle_data import SCALARS, Global, PickledSet, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS, UNSUPPORTED

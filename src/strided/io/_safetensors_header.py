@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from .._dtype import DType
-from .._errors import FormatError, LimitError
-from .._limits import MAX_ELEMENTS, MAX_RANK
-from .._strict_json import loads_strict
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_ELEMENTS, MAX_RANK
+from .._kernels.strict_json import loads_strict
 from ._budget import ParseBudget
 from ._common import checked_shape, read_exact
 

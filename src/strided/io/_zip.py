@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from .._construct import seal
-from .._errors import FormatError, LimitError
+from .._core.errors import FormatError, LimitError
+from .._tensor.construct import seal
 
 __all__ = [
     "MAX_MEMBERS",

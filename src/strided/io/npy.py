@@ -25,10 +25,10 @@ from typing import IO, Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from .._dtype import DType
-from .._errors import DTypeError, FormatError, LimitError
-from .._memory import guard_function
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.memory import guard_function
+from .._tensor.tensor import Tensor
 from ._common import (
     PathLike,
     atomic_write,

@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from .._construct import seal, shaped
-from .._dtype import DType
-from .._errors import FormatError, IndexingError, LimitError
-from .._memory import guard_function, guard_methods
-from .._shape import Shape
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import FormatError, IndexingError, LimitError
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._tensor.construct import seal, shaped
+from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (
     PathLike,

@@ -22,17 +22,17 @@ from urllib.parse import quote, urljoin
 
 import numpy as np
 
-from .._construct import seal
-from .._errors import FormatError
-from .._inspect import inspection, sample_positions
-from .._shape import Shape
+from .._core.errors import FormatError
+from .._core.shape import Shape
+from .._tensor.construct import seal
+from .._tensor.inspect import inspection, sample_positions
 from . import _http
 from ._common import check_index_size, check_shard, parse_index
 from ._http import Connection
 
 if TYPE_CHECKING:
-    from .._dtype import DType
-    from .._inspect import TensorInspection, TensorInspectionOptions
+    from .._core.dtype import DType
+    from .._tensor.inspect import TensorInspection, TensorInspectionOptions
     from .gguf import GGUFFile
     from .safetensors import SafetensorsFile
 

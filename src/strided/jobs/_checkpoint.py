@@ -14,13 +14,13 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
-from ._dtype import DType
-from ._errors import DTypeError, FormatError
-from ._inspect import TensorInspection, TensorInspectionOptions
-from ._memory import guard_function, guard_methods
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._tensor.inspect import TensorInspection, TensorInspectionOptions
+from .._tensor.tensor import Tensor
 from ._metadata_text import metadata_digest
-from ._shape import Shape
-from ._tensor import Tensor
 
 __all__ = ["Checkpoint", "TensorInfo", "has_dtype", "open_checkpoint"]
 
@@ -154,7 +154,7 @@ class Checkpoint(Mapping[str, Tensor]):
         its stored bytes under that type's name). Independent of the file format,
         shard split, tensor order and metadata. Reads every tensor once.
         """
-        from ._digest import checkpoint_digest
+        from .._kernels.digest import checkpoint_digest
 
         return checkpoint_digest(self)
 
@@ -251,7 +251,7 @@ class Checkpoint(Mapping[str, Tensor]):
 
 
 def _f32(value: float) -> float:
-    from ._scalar import Scalar
+    from .._core.scalar import Scalar
 
     return float(str(Scalar(DType.F32, value)))
 
@@ -266,7 +266,7 @@ def _copied(value: Any) -> Any:
 
 
 def _dequantizable(type_name: str) -> bool:
-    from .io._ggml import DEQUANTIZABLE
+    from ..io._ggml import DEQUANTIZABLE
 
     return type_name in DEQUANTIZABLE
 
@@ -307,10 +307,10 @@ def open_checkpoint(
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """
-    from .io._budget import ParseBudget
-    from .io._common import label
-    from .io._detect import open_detected
-    from .io._http import is_url
+    from ..io._budget import ParseBudget
+    from ..io._common import label
+    from ..io._detect import open_detected
+    from ..io._http import is_url
 
     if is_url(path):
         assert isinstance(path, str)
@@ -325,7 +325,7 @@ def open_checkpoint(
 
 
 def _from_safetensors(where: str, reader: Any) -> Checkpoint:
-    from .io._safetensors_header import DTYPE_BITS
+    from ..io._safetensors_header import DTYPE_BITS
 
     infos = {}
     for name in reader.keys():
@@ -337,8 +337,8 @@ def _from_safetensors(where: str, reader: Any) -> Checkpoint:
 
 
 def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
-    from .io._detect import HEAD_BYTES, detect
-    from .io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
+    from ..io._detect import HEAD_BYTES, detect
+    from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 
     storage = open_remote(url, token, timeout)
     try:
@@ -353,7 +353,7 @@ def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | 
 
 
 def _from_gguf(where: str, handle: Any) -> Checkpoint:
-    from .io._ggml import GGML_TYPES
+    from ..io._ggml import GGML_TYPES
 
     sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
     infos = {}

@@ -23,8 +23,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._jobs import loaded, opened, task_scope
-from .io._http import is_url
+from ..io._http import is_url
+from ._pool import loaded, opened, task_scope
 
 __all__ = ["TensorChunks", "e5m2_dtype"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from ._jobs import EngineError, task_scope
+from ._pool import EngineError, task_scope
 
 __all__ = ["CONNECT_TIMEOUT", "DaskRunner", "require", "run_in_worker"]
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.dtype import DType
+from .._core.errors import DataError
+from .._kernels.compare import Tally, Tolerance, compare
+from .._kernels.digest import sort_key
 from ._checkpoint import has_dtype
-from ._compare import Tally, Tolerance, compare
-from ._digest import sort_key
-from ._dtype import DType
-from ._errors import DataError
-from ._jobs import JobError, Part, loaded, opened
 from ._metadata_text import checkpoint_texts, element_texts, gguf_types
+from ._pool import JobError, Part, loaded, opened
 from ._values import Source
 
 if TYPE_CHECKING:

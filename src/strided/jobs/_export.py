@@ -24,16 +24,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ._checkpoint import has_dtype
-from ._convert import convert_array
-from ._dtype import DType
-from ._errors import DataError, DTypeError, RangeError
-from ._jobs import JobError, Runner, loaded, opened
-from ._metadata_text import checkpoint_texts
-from ._pieces import pieces
-from ._values import Source
-from .io._safetensors_header import DTYPE_BITS
-from .io._shards import (
+from .._core.dtype import DType
+from .._core.errors import DataError, DTypeError, RangeError
+from .._kernels.convert import convert_array
+from .._kernels.pieces import pieces
+from ..io._safetensors_header import DTYPE_BITS
+from ..io._shards import (
     INDEX_NAME,
     OutputFile,
     Planned,
@@ -48,6 +44,10 @@ from .io._shards import (
     shard_groups,
     shard_name,
 )
+from ._checkpoint import has_dtype
+from ._metadata_text import checkpoint_texts
+from ._pool import JobError, Runner, loaded, opened
+from ._values import Source
 
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._bulk_format import format_flat
-from ._digest import escape_name, sort_key
-from ._dtype import DType
-from ._errors import DTypeError
-from ._floats import shortest_text
+from .._core.dtype import DType
+from .._core.errors import DTypeError
+from .._core.floats import shortest_text
+from .._kernels.bulk_format import format_flat
+from .._kernels.digest import escape_name, sort_key
 
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint

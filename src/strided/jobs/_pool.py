@@ -34,8 +34,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
-    from ._tensor import Tensor
 
 __all__ = [
     "TASK_BYTES",
@@ -445,6 +445,8 @@ def _context() -> Any:
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["strided._checkpoint", "strided.io", "strided._jobs"])
+        context.set_forkserver_preload(
+            ["strided.jobs._checkpoint", "strided.io", "strided.jobs._pool"]
+        )
         return context
     return multiprocessing.get_context("spawn")

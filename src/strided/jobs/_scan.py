@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from .._core.dtype import DType
+from .._core.errors import DataError
+from .._kernels.digest import digest_of, preamble, stored_digest
+from .._kernels.exact_stats import Totals, totals
+from .._kernels.pieces import pieces
 from ._checkpoint import has_dtype
-from ._digest import digest_of, preamble, stored_digest
-from ._dtype import DType
-from ._errors import DataError
-from ._exact_stats import Totals, totals
-from ._jobs import JobError, Part, loaded, opened
-from ._pieces import pieces
+from ._pool import JobError, Part, loaded, opened
 from ._values import Source
 
 __all__ = ["ScanTask", "run_task"]

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.dtype import DType
+from .._core.errors import DTypeError
+from .._kernels.pieces import pieces
 from ._checkpoint import has_dtype
-from ._dtype import DType
-from ._errors import DTypeError
-from ._pieces import pieces
 
 if TYPE_CHECKING:
+    from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
-    from ._tensor import Tensor
 
 __all__ = ["Source"]
 
@@ -91,7 +91,7 @@ class Source:
         return self._stored[first * nbytes : last * nbytes]
 
     def _dequantized(self, start: int, stop: int) -> np.ndarray[Any, Any]:
-        from .io._ggml import dequantize
+        from ..io._ggml import dequantize
 
         assert self._stored is not None
         kind = self._block
@@ -111,7 +111,7 @@ def _block_type(checkpoint: Checkpoint, type_name: str) -> Any:
     """The ggml block type of a GGUF tensor strided dequantizes; None for raw bytes."""
     if checkpoint.format != "gguf":
         return None
-    from .io._ggml import DEQUANTIZABLE, GGML_TYPES
+    from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 
     if type_name not in DEQUANTIZABLE:
         return None
