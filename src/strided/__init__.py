@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._core.version import VERSION
+
 if TYPE_CHECKING:
     from ._core.dtype import DType
     from ._core.errors import (
@@ -29,8 +31,7 @@ if TYPE_CHECKING:
     from ._core.shape import Shape
     from ._tensor.arith import BinaryOp
     from ._tensor.inspect import TensorInspection, TensorInspectionOptions
-    from ._tensor.join import concatenate, stack
-    from ._tensor.select import where
+    from ._tensor.join import concatenate, stack, where
     from ._tensor.tensor import Tensor, tensor
     from .io import (
         GGUFFile,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     )
     from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
 
-__version__ = "0.3.0"
+__version__ = VERSION
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -88,7 +89,7 @@ _HOMES = {
     "Checkpoint": ".jobs._checkpoint",
     "TensorInfo": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
-    "DType": "._core.dtype",
+    "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",
     "DTypeError": "._core.errors",
@@ -105,7 +106,7 @@ _HOMES = {
     "MAX_INSPECTION_SAMPLES": "._core.limits",
     "MAX_RANK": "._core.limits",
     "Scalar": "._core.scalar",
-    "where": "._tensor.select",
+    "where": "._tensor.join",
     "Shape": "._core.shape",
     "Tensor": "._tensor.tensor",
     "tensor": "._tensor.tensor",

@@ -15,7 +15,23 @@ from .limits import describe
 if TYPE_CHECKING:
     from .scalar import Scalar
 
-__all__ = ["DType", "as_dtype", "finite_range"]
+__all__ = ["DType", "as_dtype", "bind_scalar", "finite_range"]
+
+# Scalar is built on DType (``scalar`` imports this module), so ``DType.min``/``max``
+# cannot import it without a loop: ``scalar`` hands its class over here when it is
+# imported, and ``strided.DType`` is resolved through ``scalar`` so that has happened.
+_SCALAR: list[type[Scalar]] = []
+
+
+def bind_scalar(cls: type[Scalar]) -> None:
+    """Record the Scalar class that ``DType.min`` and ``DType.max`` return."""
+    _SCALAR[:] = [cls]
+
+
+def _scalar_class() -> type[Scalar]:
+    if not _SCALAR:
+        raise DTypeError("DType.min/max need strided's Scalar: import strided first")
+    return _SCALAR[0]
 
 
 class _DTypeMeta(enum.EnumMeta):
@@ -96,16 +112,12 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
     @property
     def min(self) -> Scalar:
         """The smallest finite value, as a Scalar (``false`` for BOOL, 2**-127 for F8_E8M0)."""
-        from .scalar import Scalar
-
-        return Scalar(self, _FACTS[self].min)
+        return _scalar_class()(self, _FACTS[self].min)
 
     @property
     def max(self) -> Scalar:
         """The largest finite value, as a Scalar (``true`` for BOOL)."""
-        from .scalar import Scalar
-
-        return Scalar(self, _FACTS[self].max)
+        return _scalar_class()(self, _FACTS[self].max)
 
     @classmethod
     def parse(cls, text: object) -> DType:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from .errors import IndexingError, LimitError
-from .limits import MAX_RANK
+from .limits import MAX_RANK, int_text
 
-__all__ = ["apply", "normalize"]
+__all__ = ["apply", "normalize", "normalize_axis"]
 
 _PLAIN = (int, slice, type(None), EllipsisType)
 
@@ -102,3 +102,16 @@ def _item_text(item: object) -> str:
         stop = "" if item.stop is None else str(item.stop)
         return f"{start}:{stop}" + ("" if item.step is None else f":{item.step}")
     return repr(item)
+
+
+def normalize_axis(axis: object, ndim: int, what: str) -> int:
+    """``axis`` as a non-negative int below ``ndim`` (negatives count from the end)."""
+    if isinstance(axis, (bool, np.bool_)):
+        raise IndexingError(f"{what}: axis must be an int, found bool")
+    try:
+        value = operator.index(axis)  # type: ignore[arg-type]
+    except Exception:  # a hostile __index__ may raise anything
+        raise IndexingError(f"{what}: axis must be an int, found {type(axis).__name__}") from None
+    if not -ndim <= value < ndim:
+        raise IndexingError(f"{what}: axis {int_text(value)} is out of range for rank {ndim}")
+    return value % ndim if ndim else value

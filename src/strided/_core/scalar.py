@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import ml_dtypes
 import numpy as np
 
-from .dtype import DType, finite_range
+from .dtype import DType, bind_scalar, finite_range
 from .errors import DTypeError, FormatError, LimitError, RangeError
 from .floats import MAX_DIGITS, parse_float, round_exact, shortest_text
 from .scalar_format import format_scalar
@@ -362,3 +362,4 @@ class Scalar:
 _new = object.__new__
 _set_dtype = Scalar.__dict__["_dtype"].__set__
 _set_value = Scalar.__dict__["_value"].__set__
+bind_scalar(Scalar)

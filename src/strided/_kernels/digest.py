@@ -20,26 +20,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .pieces import pieces
 
-if TYPE_CHECKING:
-    from .._tensor.tensor import Tensor
-    from ..jobs._checkpoint import Checkpoint
-
 __all__ = [
-    "checkpoint_digest",
     "combine",
-    "digest_of",
     "escape_name",
+    "hash_array",
+    "hash_pieces",
     "preamble",
-    "run_task",
     "sort_key",
     "stored_digest",
-    "tensor_digest",
 ]
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t"}
@@ -51,21 +45,26 @@ def preamble(dtype_name: str, dims: Sequence[int]) -> bytes:
     return f'{{"dtype":"{dtype_name}","shape":[{shape}]}}'.encode()
 
 
-def _hash_array(
+def hash_array(
     dtype_name: str,
     dims: Sequence[int],
     array: np.ndarray[Any, Any],
     report: Callable[[int], None] | None = None,
 ) -> str:
-    return _hash_pieces(dtype_name, dims, pieces(array), report)
+    """SHA-256 hex of the preamble and ``array``'s logical row-major bytes.
+
+    ``report(bytes_done)`` is called as the bytes are hashed (progress bars).
+    """
+    return hash_pieces(dtype_name, dims, pieces(array), report)
 
 
-def _hash_pieces(
+def hash_pieces(
     dtype_name: str,
     dims: Sequence[int],
     parts: Iterable[np.ndarray[Any, Any]],
     report: Callable[[int], None] | None = None,
 ) -> str:
+    """SHA-256 hex of the preamble and the bytes of ``parts``, in order."""
     digest = hashlib.sha256(preamble(dtype_name, dims))
     done = 0
     for piece in parts:
@@ -75,14 +74,6 @@ def _hash_pieces(
             done += data.size
             report(done)
     return digest.hexdigest()
-
-
-def tensor_digest(tensor: Tensor, report: Callable[[int], None] | None = None) -> str:
-    """SHA-256 of ``{"dtype":...,"shape":[...]}`` and the tensor's logical row-major bytes.
-
-    ``report(bytes_done)`` is called as the bytes are hashed (progress bars).
-    """
-    return _hash_array(tensor.dtype.name, tensor.shape, tensor.numpy(), report)
 
 
 def stored_digest(
@@ -96,27 +87,7 @@ def stored_digest(
     ``stored`` is the tensor's stored bytes (flat ``uint8``), hashed under ``type_name``
     (``"Q4_K"``, ``"F4"``) and the logical row-major ``dims``.
     """
-    return _hash_array(type_name, dims, stored, report)
-
-
-def digest_of(
-    checkpoint: Checkpoint, name: str, report: Callable[[int], None] | None = None
-) -> str:
-    """The digest of tensor ``name`` of an open checkpoint (stored bytes where undecodable).
-
-    Tensors of a strided DType hash their values' bytes (a quantized GGUF tensor is NOT
-    dequantized: its stored blocks are hashed under the ggml type's name).
-    """
-    from ..jobs._checkpoint import has_dtype
-
-    info = checkpoint.info(name)
-    chunks = checkpoint._chunks(name)
-    if chunks is not None:
-        # Stored as the bytes hashed (safetensors, GGUF): streamed, never held whole.
-        return _hash_pieces(info.dtype, info.shape, chunks, report)
-    if has_dtype(info.dtype):
-        return tensor_digest(checkpoint[name], report)
-    return stored_digest(info.dtype, info.shape, checkpoint._stored(name), report)
+    return hash_array(type_name, dims, stored, report)
 
 
 def escape_name(name: str) -> str:
@@ -142,24 +113,3 @@ def combine(digests: Iterable[tuple[str, str]]) -> str:
     for name, digest in ordered:
         total.update(sort_key(f"{escape_name(name)}\t{digest}\n"))
     return total.hexdigest()
-
-
-def checkpoint_digest(checkpoint: Checkpoint) -> str:
-    """The digest of every tensor of ``checkpoint``, combined (see the module docstring)."""
-    return combine((name, digest_of(checkpoint, name)) for name in checkpoint)
-
-
-def run_task(task: tuple[str, Sequence[str]]) -> list[str]:
-    """Digests of the named tensors of the checkpoint at a path (run in a worker)."""
-    from .._core.errors import DataError
-    from ..jobs._pool import JobError, opened
-
-    path, names = task
-    checkpoint = opened(path)
-    found = []
-    for name in names:
-        try:
-            found.append(digest_of(checkpoint, name))
-        except DataError as error:
-            raise JobError(path, name, str(error)) from None
-    return found

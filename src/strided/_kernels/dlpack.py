@@ -25,7 +25,7 @@ import numpy as np
 from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError, LimitError
 from .._core.limits import MAX_RANK
-from .._tensor.construct import fresh_view
+from .._core.storage import fresh_view
 
 __all__ = ["CPU_DEVICE", "export_capsule", "import_array"]
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.floats import round_exact
-from .._tensor.reduce import _int_total
+from .checked import int_total
 from .convert import cast, round_to_float
 from .exact_stats import _FORMATS, totals
 from .fsum import _gamma, _ordinals
@@ -77,7 +77,7 @@ def _int_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     redo = np.flatnonzero(risky | (sums > _EXACT_F64) | (sums < -_EXACT_F64))
     int_dtype = DType.U8 if dtype is DType.BOOL else dtype
     for i in redo.tolist():
-        total = _int_total(np.ascontiguousarray(values[i]), int_dtype)
+        total = int_total(np.ascontiguousarray(values[i]), int_dtype)
         means[i] = total / length  # int / int: correctly rounded
     return means
 

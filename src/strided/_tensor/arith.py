@@ -19,6 +19,7 @@ from .._core.dtype import DType, as_dtype
 from .._core.errors import DTypeError
 from .._core.limits import check_dims
 from .._core.scalar import Scalar
+from .._core.shape import Shape
 from .._kernels import checked as _checked
 from .._kernels.convert import convert_array, narrow, widen
 from .base import TensorInternals
@@ -115,7 +116,6 @@ def _result_shape(op: BinaryOp, a: np.ndarray, b: np.ndarray) -> tuple[int, ...]
         return a.shape
     if a.ndim == 0:
         return b.shape
-    from .._core.shape import Shape
 
     try:
         dims = Shape(a.shape).broadcast(b.shape)

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import ShapeError
+from .._core.indexing import normalize_axis
 from .._core.scalar import Scalar
 from .._kernels.argfind import arg_extreme
 from .._kernels.mean import mean_of
@@ -136,8 +137,6 @@ class StatsMethods(TensorInternals):
         return self._finish(found, dtype, axis is None and not keepdims)
 
     def _arg(self, find: Any, what: str, axis: object, keepdims: bool) -> Scalar | Tensor:
-        from .tensor import normalize_axis
-
         dtype = self._dtype
         check_arithmetic(what, dtype)
         array = self._array

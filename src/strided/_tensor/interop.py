@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.storage import fresh_view
 from .._kernels.dlpack import CPU_DEVICE, export_capsule, import_array
 from .base import TensorInternals
-from .construct import fresh_view
 
 if TYPE_CHECKING:
     from .tensor import Tensor

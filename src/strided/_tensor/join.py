@@ -1,4 +1,5 @@
-"""Joining tensors: ``concatenate`` (along an existing axis) and ``stack`` (a new axis).
+"""Tensors made from several: ``concatenate`` (along an existing axis), ``stack`` (a new
+axis) and ``where`` (elementwise choice between two).
 
 Both check everything before allocating: a non-empty sequence of tensors, one dtype (no
 promotion), matching shapes (the error names the first tensor and axis that differ),
@@ -10,18 +11,20 @@ Joining computes nothing, so every dtype works, FP8 included, bits copied exactl
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .._core.dtype import DType
 from .._core.errors import DTypeError, LimitError, ShapeError
+from .._core.indexing import normalize_axis
 from .._core.limits import MAX_RANK, check_dims
 from .._core.memory import guard_function
+from .._core.scalar import Scalar
+from .._core.shape import Shape
+from .tensor import Tensor
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
-
-__all__ = ["concatenate", "stack"]
+__all__ = ["concatenate", "stack", "where"]
 
 
 @guard_function
@@ -33,8 +36,6 @@ def concatenate(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     naming the first tensor and axis that differ). ``axis`` may be negative; out of
     range is IndexingError. The result is a new contiguous tensor.
     """
-    from .tensor import Tensor, normalize_axis
-
     arrays, dtype = _arrays(tensors, "concatenate")
     first = arrays[0].shape
     if not first:
@@ -67,8 +68,6 @@ def stack(tensors: Iterable[Tensor], axis: int = 0) -> Tensor:
     IndexingError; the result's rank is at most MAX_RANK (LimitError). A new contiguous
     tensor.
     """
-    from .tensor import Tensor, normalize_axis
-
     arrays, dtype = _arrays(tensors, "stack")
     first = arrays[0].shape
     if len(first) + 1 > MAX_RANK:
@@ -93,8 +92,6 @@ def _first_difference(shape: tuple[int, ...], first: tuple[int, ...]) -> str:
 
 def _arrays(tensors: object, what: str) -> tuple[list[np.ndarray], Any]:
     """The tensors' arrays and their one dtype, checked."""
-    from .tensor import Tensor
-
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise DTypeError(
             f"{what}: expected a list or tuple of tensors, found {type(tensors).__name__}"
@@ -115,3 +112,54 @@ def _arrays(tensors: object, what: str) -> tuple[list[np.ndarray], Any]:
             )
         arrays.append(item._array)
     return arrays, dtype
+
+
+# -- where ------------------------------------------------------------------------------------
+
+
+@guard_function
+def where(cond: object, a: object, b: object) -> Tensor:
+    """Elements of ``a`` where ``cond`` is true, else of ``b`` (NumPy's ``where``).
+
+    ``cond`` is a BOOL Tensor; ``a`` and ``b`` are tensors of one dtype (no promotion:
+    DTypeError otherwise), or one of them is a scalar-like (a Scalar of that dtype, a
+    Python number or text) converted exactly into the other's dtype. The three shapes
+    broadcast NumPy-style (ShapeError otherwise). The result is a new contiguous tensor
+    of that dtype, bits copied exactly; every dtype works, FP8 included.
+    """
+    if not isinstance(cond, Tensor) or cond.dtype is not DType.BOOL:
+        found = cond.dtype.name if isinstance(cond, Tensor) else type(cond).__name__
+        raise DTypeError(f"where: cond must be a BOOL tensor, found {found}")
+    dtype = _common_dtype(a, b)
+    left, right = _operand(a, dtype), _operand(b, dtype)
+    try:
+        dims = Shape(cond._array.shape).broadcast(left.shape).broadcast(right.shape)
+    except ShapeError:
+        raise ShapeError(
+            f"where: shapes {list(cond._array.shape)}, {list(left.shape)} and "
+            f"{list(right.shape)} cannot be broadcast together"
+        ) from None
+    check_dims(dims, "where")
+    return Tensor._adopt(np.where(cond._array, left, right), dtype)
+
+
+def _common_dtype(a: object, b: object) -> DType:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.dtype is not b.dtype:
+            raise DTypeError(
+                f"where: dtypes differ ({a.dtype.name} and {b.dtype.name}); convert one first"
+            )
+        return a.dtype
+    if isinstance(a, Tensor):
+        return a.dtype
+    if isinstance(b, Tensor):
+        return b.dtype
+    raise DTypeError("where: a or b must be a Tensor (its dtype is the result's)")
+
+
+def _operand(value: object, dtype: DType) -> np.ndarray:
+    if isinstance(value, Tensor):
+        return value._array
+    if isinstance(value, np.ndarray):
+        raise DTypeError("where: wrap a numpy.ndarray with Tensor.from_numpy first")
+    return np.asarray(Scalar(dtype, value).value, dtype=dtype.numpy)

@@ -15,9 +15,11 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import DTypeError, IndexingError, RangeError, ShapeError
+from .._core.indexing import normalize_axis
 from .._core.limits import check_dims
 from .._core.scalar import Scalar
-from .._kernels.checked import CHUNK, first_index, int_range
+from .._core.shape import Shape
+from .._kernels.checked import EXACT_TERMS, first_index, int_range, int_total
 from .._kernels.convert import cast, widen
 from .._kernels.fsum import float_row_sums, float_sum
 from .._kernels.matmul import MatmulOverflow, matmul_arrays
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["ReduceMethods", "normalize_axes"]
 
 _M32 = 0xFFFFFFFF
-_EXACT_TERMS = 1 << 31  # a 64-bit accumulator of 32-bit values is exact this far
 _add = np.add.reduce
 
 
@@ -111,8 +112,6 @@ class ReduceMethods(TensorInternals):
 def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
     """An int or a tuple (or list) of axes as non-negative ints, None as every axis;
     IndexingError when one is out of range or repeated (NumPy refuses a repeated axis too)."""
-    from .tensor import normalize_axis
-
     if axis is None:
         return tuple(range(ndim))
 
@@ -126,31 +125,11 @@ def normalize_axes(axis: object, ndim: int, what: str) -> tuple[int, ...]:
 def _sum_all(array: np.ndarray, dtype: DType) -> Scalar:
     if dtype.is_float:
         return Scalar._trusted(dtype, float_sum(array, dtype))
-    total = _int_total(np.ascontiguousarray(array).reshape(-1), dtype)
+    total = int_total(np.ascontiguousarray(array).reshape(-1), dtype)
     lo, hi = int_range(dtype)
     if not lo <= total <= hi:
         raise RangeError(f"sum: the sum {total} does not fit {dtype.name} ({lo} to {hi})")
     return Scalar._trusted(dtype, total)
-
-
-def _int_total(flat: np.ndarray, dtype: DType) -> int:
-    if dtype.itemsize <= 4:
-        wide = np.int64 if dtype.is_signed else np.uint64
-        return sum(
-            int(_add(flat[i : i + _EXACT_TERMS], dtype=wide))
-            for i in range(0, flat.size, _EXACT_TERMS)
-        )
-    total = 0
-    limit = 2**63 if dtype.is_signed else 2**64
-    for start in range(0, flat.size, CHUNK):
-        block = flat[start : start + CHUNK]
-        high, low = int(block.max()), int(block.min())
-        if max(high, -low) * block.size < limit:
-            total += int(_add(block))  # no partial sum can wrap
-        else:
-            # Halves: |high half| < 2**31 and low half < 2**32, so neither sum can wrap.
-            total += (int(_add(block >> 32)) << 32) + int(_add(block & _M32))
-    return total
 
 
 def _sum_axes(array: np.ndarray, dtype: DType, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -194,7 +173,7 @@ def _int_sum_axes(
     array: np.ndarray, dtype: DType, axes: tuple[int, ...], out_shape: tuple[int, ...], length: int
 ) -> np.ndarray:
     lo, hi = int_range(dtype)
-    if length > _EXACT_TERMS:
+    if length > EXACT_TERMS:
         return _int_sum_axes_python(array, dtype, axes, out_shape)
     if dtype.itemsize <= 4:
         wide = np.int64 if dtype.is_signed else np.uint64
@@ -233,7 +212,7 @@ def _int_sum_axes_python(
     lo, hi = int_range(dtype)
     totals = []
     for i in range(rows.shape[0]):
-        total = _int_total(np.ascontiguousarray(rows[i]), dtype)
+        total = int_total(np.ascontiguousarray(rows[i]), dtype)
         if not lo <= total <= hi:
             raise _Overflow(tuple(int(j) for j in np.unravel_index(i, out_shape)), total)
         totals.append(total)
@@ -271,7 +250,6 @@ def _matmul(left: Any, right: Any) -> Tensor:
             f"matmul: shapes {list(a.shape)} and {list(b.shape)} do not match "
             f"({a2.shape[-1]} columns on the left, {b2.shape[-2]} rows on the right)"
         )
-    from .._core.shape import Shape
 
     try:
         batch = Shape(a2.shape[:-2]).broadcast(b2.shape[:-2])

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._core.dtype import DType
-from .._core.errors import DTypeError, IndexingError, ShapeError
+from .._core.errors import DTypeError, IndexingError
+from .._core.indexing import normalize_axis
 from .._core.limits import MAX_RANK, check_dims, describe, int_text
 from .._core.memory import guard_function
-from .._core.scalar import Scalar
 from .._kernels.checked import first_index
 from .base import TensorInternals
 from .construct import allocate, leaf_types
@@ -27,7 +27,7 @@ from .nested import blocks, check_values, probe_shape
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["SelectMethods", "masked", "where"]
+__all__ = ["SelectMethods", "masked"]
 
 
 class SelectMethods(TensorInternals):
@@ -71,8 +71,6 @@ class SelectMethods(TensorInternals):
 def _axis(axis: object, ndim: int) -> int:
     if type(axis) is int and -ndim <= axis < ndim:
         return axis % ndim
-    from .tensor import normalize_axis
-
     return normalize_axis(axis, ndim, "take")
 
 
@@ -172,61 +170,3 @@ def _masked(tensor: Tensor, mask: Tensor) -> Tensor:
 
 
 masked = guard_function(_masked, "index")
-
-
-# -- where ------------------------------------------------------------------------------------
-
-
-@guard_function
-def where(cond: object, a: object, b: object) -> Tensor:
-    """Elements of ``a`` where ``cond`` is true, else of ``b`` (NumPy's ``where``).
-
-    ``cond`` is a BOOL Tensor; ``a`` and ``b`` are tensors of one dtype (no promotion:
-    DTypeError otherwise), or one of them is a scalar-like (a Scalar of that dtype, a
-    Python number or text) converted exactly into the other's dtype. The three shapes
-    broadcast NumPy-style (ShapeError otherwise). The result is a new contiguous tensor
-    of that dtype, bits copied exactly; every dtype works, FP8 included.
-    """
-    from .._core.shape import Shape
-    from .tensor import Tensor
-
-    if not isinstance(cond, Tensor) or cond.dtype is not DType.BOOL:
-        found = cond.dtype.name if isinstance(cond, Tensor) else type(cond).__name__
-        raise DTypeError(f"where: cond must be a BOOL tensor, found {found}")
-    dtype = _common_dtype(a, b)
-    left, right = _operand(a, dtype), _operand(b, dtype)
-    try:
-        dims = Shape(cond._array.shape).broadcast(left.shape).broadcast(right.shape)
-    except ShapeError:
-        raise ShapeError(
-            f"where: shapes {list(cond._array.shape)}, {list(left.shape)} and "
-            f"{list(right.shape)} cannot be broadcast together"
-        ) from None
-    check_dims(dims, "where")
-    return Tensor._adopt(np.where(cond._array, left, right), dtype)
-
-
-def _common_dtype(a: object, b: object) -> DType:
-    from .tensor import Tensor
-
-    if isinstance(a, Tensor) and isinstance(b, Tensor):
-        if a.dtype is not b.dtype:
-            raise DTypeError(
-                f"where: dtypes differ ({a.dtype.name} and {b.dtype.name}); convert one first"
-            )
-        return a.dtype
-    if isinstance(a, Tensor):
-        return a.dtype
-    if isinstance(b, Tensor):
-        return b.dtype
-    raise DTypeError("where: a or b must be a Tensor (its dtype is the result's)")
-
-
-def _operand(value: object, dtype: DType) -> np.ndarray:
-    from .tensor import Tensor
-
-    if isinstance(value, Tensor):
-        return value._array
-    if isinstance(value, np.ndarray):
-        raise DTypeError("where: wrap a numpy.ndarray with Tensor.from_numpy first")
-    return np.asarray(Scalar(dtype, value).value, dtype=dtype.numpy)

@@ -18,7 +18,6 @@ outside: nothing done to what a user holds can reshape, retype, re-point or free
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn, SupportsIndex
 
@@ -27,16 +26,17 @@ import numpy as np
 from .._core import indexing as _indexing
 from .._core.dtype import DType, as_dtype, finite_range
 from .._core.errors import DTypeError, IndexingError, ShapeError
-from .._core.limits import check_dims, int_text
+from .._core.indexing import normalize_axis
+from .._core.limits import check_dims
 from .._core.memory import guard_function, view_only
 from .._core.scalar import Scalar
 from .._core.shape import Shape
+from .._core.storage import fresh_view, seal
+from .._kernels.digest import hash_array
 from .arith import ArithMethods
 from .construct import (
     check_numpy_input,
-    fresh_view,
     python_values,
-    seal,
     shaped,
     storage_from_bytes,
     storage_from_values,
@@ -354,9 +354,7 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
 
         Hashes contiguous memory in place and strided views a bounded piece at a time.
         """
-        from .._kernels.digest import tensor_digest
-
-        return tensor_digest(self)
+        return hash_array(self._dtype.name, self._array.shape, self.numpy())
 
     def numpy(self) -> np.ndarray:
         """A fresh read-only NumPy view of the tensor (zero-copy: the memory is shared).
@@ -576,19 +574,6 @@ def _axes_permutation(axes: Iterable[SupportsIndex], ndim: int) -> tuple[int, ..
     if len(order) != ndim or len(set(order)) != ndim:
         raise ShapeError(f"transpose: axes {list(order)} are not a permutation of {ndim} axes")
     return order
-
-
-def normalize_axis(axis: object, ndim: int, what: str) -> int:
-    """``axis`` as a non-negative int below ``ndim`` (negatives count from the end)."""
-    if isinstance(axis, (bool, np.bool_)):
-        raise IndexingError(f"{what}: axis must be an int, found bool")
-    try:
-        value = operator.index(axis)  # type: ignore[arg-type]
-    except Exception:  # a hostile __index__ may raise anything
-        raise IndexingError(f"{what}: axis must be an int, found {type(axis).__name__}") from None
-    if not -ndim <= value < ndim:
-        raise IndexingError(f"{what}: axis {int_text(value)} is out of range for rank {ndim}")
-    return value % ndim if ndim else value
 
 
 def _structurally_equal(a: Tensor, b: Tensor) -> bool:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
+from .._core.version import VERSION
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -388,9 +389,7 @@ def version() -> str:
     try:
         return metadata.version("strided")
     except metadata.PackageNotFoundError:
-        from .. import __version__
-
-        return __version__
+        return VERSION
 
 
 def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None:

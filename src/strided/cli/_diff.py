@@ -24,7 +24,8 @@ from .._kernels.compare import Tally, Tolerance
 from .._kernels.digest import sort_key
 from ..jobs import _diff
 from ..jobs._checkpoint import open_checkpoint
-from ..jobs._pool import JobError, plan, runner, sharing, where
+from ..jobs._engine import runner
+from ..jobs._pool import JobError, plan, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, safe, with_path
 from ._verify import CommandFailure, count_of

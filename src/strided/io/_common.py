@@ -34,8 +34,9 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import FormatError, LimitError, ShapeError
-from .._core.limits import check_dims
-from .._tensor.construct import ReadOnlyMemory, borrow
+from .._core.limits import check_dims, describe
+from .._core.storage import ReadOnlyMemory, borrow
+from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -342,8 +343,6 @@ def check_index_size(size: int, path: str) -> None:
 
 def parse_index(data: bytes, path: str) -> dict[str, set[str]]:
     """The shards an index's bytes name: shard file name -> the tensor names mapped to it."""
-    from .._core.limits import describe
-    from .._kernels.strict_json import loads_strict
 
     index = loads_strict(data, path, _INDEX_DEPTH)
     if type(index) is not dict:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._kernels.pieces import pieces
+from .._tensor.tensor import Tensor
 
 if TYPE_CHECKING:
     from .._core.dtype import DType
@@ -82,7 +83,6 @@ class MappedStorage:
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
     ) -> TensorInspection:
         """The tensor's inspection through a zero-copy view of the mapping."""
-        from .._tensor.tensor import Tensor
 
         nbytes = math.prod(dims) * dtype.itemsize
         view = self.raw[begin : begin + nbytes].view(dtype.numpy).reshape(dims)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .._core.errors import FormatError, LimitError
-from .._tensor.construct import seal
+from .._core.storage import seal
 
 __all__ = [
     "MAX_MEMBERS",

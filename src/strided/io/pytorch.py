@@ -52,7 +52,8 @@ from .._core.dtype import DType
 from .._core.errors import FormatError, IndexingError, LimitError
 from .._core.memory import guard_function, guard_methods
 from .._core.shape import Shape
-from .._tensor.construct import seal, shaped
+from .._core.storage import seal
+from .._tensor.construct import shaped
 from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (

@@ -10,19 +10,28 @@ same read-only ``Mapping[str, Tensor]`` face.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
 from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError
 from .._core.memory import guard_function, guard_methods
+from .._core.scalar import Scalar
 from .._core.shape import Shape
+from .._kernels.digest import combine, hash_array, hash_pieces, stored_digest
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
+from ..io._budget import ParseBudget
+from ..io._common import label
+from ..io._detect import HEAD_BYTES, detect, open_detected
+from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
+from ..io._http import is_url
+from ..io._safetensors_header import DTYPE_BITS
+from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
 
-__all__ = ["Checkpoint", "TensorInfo", "has_dtype", "open_checkpoint"]
+__all__ = ["Checkpoint", "TensorInfo", "digest_of", "has_dtype", "open_checkpoint"]
 
 FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
 _DTYPES = {dtype.name: dtype for dtype in DType}
@@ -154,9 +163,7 @@ class Checkpoint(Mapping[str, Tensor]):
         its stored bytes under that type's name). Independent of the file format,
         shard split, tensor order and metadata. Reads every tensor once.
         """
-        from .._kernels.digest import checkpoint_digest
-
-        return checkpoint_digest(self)
+        return combine((name, digest_of(self, name)) for name in self)
 
     def metadata_digest(self) -> str:
         """The metadata's digest: 64 lowercase hex digits, the same in every format.
@@ -251,7 +258,6 @@ class Checkpoint(Mapping[str, Tensor]):
 
 
 def _f32(value: float) -> float:
-    from .._core.scalar import Scalar
 
     return float(str(Scalar(DType.F32, value)))
 
@@ -266,7 +272,6 @@ def _copied(value: Any) -> Any:
 
 
 def _dequantizable(type_name: str) -> bool:
-    from ..io._ggml import DEQUANTIZABLE
 
     return type_name in DEQUANTIZABLE
 
@@ -307,10 +312,6 @@ def open_checkpoint(
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
     """
-    from ..io._budget import ParseBudget
-    from ..io._common import label
-    from ..io._detect import open_detected
-    from ..io._http import is_url
 
     if is_url(path):
         assert isinstance(path, str)
@@ -325,7 +326,6 @@ def open_checkpoint(
 
 
 def _from_safetensors(where: str, reader: Any) -> Checkpoint:
-    from ..io._safetensors_header import DTYPE_BITS
 
     infos = {}
     for name in reader.keys():
@@ -337,8 +337,6 @@ def _from_safetensors(where: str, reader: Any) -> Checkpoint:
 
 
 def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
-    from ..io._detect import HEAD_BYTES, detect
-    from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 
     storage = open_remote(url, token, timeout)
     try:
@@ -353,7 +351,6 @@ def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | 
 
 
 def _from_gguf(where: str, handle: Any) -> Checkpoint:
-    from ..io._ggml import GGML_TYPES
 
     sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
     infos = {}
@@ -400,3 +397,22 @@ def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
         itemsize = _DTYPES[dtype_name].itemsize if dtype_name in _DTYPES else 0
         infos[name] = TensorInfo(name, dtype_name, shape, shape.numel * itemsize)
     return Checkpoint(where, kind, reader, infos, reader.metadata)
+
+
+def digest_of(
+    checkpoint: Checkpoint, name: str, report: Callable[[int], None] | None = None
+) -> str:
+    """The digest of tensor ``name`` of an open checkpoint (stored bytes where undecodable).
+
+    Tensors of a strided DType hash their values' bytes (a quantized GGUF tensor is NOT
+    dequantized: its stored blocks are hashed under the ggml type's name).
+    """
+    info = checkpoint.info(name)
+    chunks = checkpoint._chunks(name)
+    if chunks is not None:
+        # Stored as the bytes hashed (safetensors, GGUF): streamed, never held whole.
+        return hash_pieces(info.dtype, info.shape, chunks, report)
+    if has_dtype(info.dtype):
+        tensor = checkpoint[name]
+        return hash_array(tensor.dtype.name, tensor.shape, tensor.numpy(), report)
+    return stored_digest(info.dtype, info.shape, checkpoint._stored(name), report)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..io._http import is_url
 from ._pool import loaded, opened, task_scope
+from ._values import Source
 
 __all__ = ["TensorChunks", "e5m2_dtype"]
 
@@ -87,7 +88,6 @@ class TensorChunks:
         return data.view(self.dtype).reshape((high - low, *self.shape[1:]))[within]
 
     def _dequantized(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
-        from ._values import Source
 
         low, high, within, inner = self._rows(index)
         source = Source(opened(self.path), self.name)

@@ -1,6 +1,6 @@
 """Running checkpoint jobs as tasks of a ``dask.distributed`` cluster.
 
-``DaskRunner`` is the Dask backend of ``_jobs.runner``: it takes the very tasks and
+``DaskRunner`` is the Dask backend of ``_engine.runner``: it takes the very tasks and
 task functions the process pool runs (digests, scans, comparisons), submits one Dask
 task per job task, and hands the results back in task order, so the output is the
 same as with ``--jobs``. Workers open the files by path (they need the same

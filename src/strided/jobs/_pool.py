@@ -9,7 +9,8 @@ is exact, so combining results in task order gives the same output for any ``--j
 Tasks run on an engine (``runner``): with ``--jobs N`` the calling process and N - 1
 worker processes (``concurrent.futures.ProcessPoolExecutor``, the ``Runner`` here);
 with a Dask scheduler address, the workers of a ``dask.distributed`` cluster
-(``_dask_engine``). Both run the same task functions on the same tasks. Workers open
+(``_dask_engine``; ``_engine.runner`` picks one). Both run the same task functions on
+the same tasks. Workers open
 the checkpoint files themselves by path (nothing large crosses a pipe or the network)
 and keep them open for the tasks that follow. With one job every task runs in the
 calling process. When a task fails, the error reported is the one of the first failing
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._checkpoint import open_checkpoint
+
 if TYPE_CHECKING:
     from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
@@ -47,7 +50,6 @@ __all__ = [
     "loaded",
     "opened",
     "plan",
-    "runner",
     "sharing",
     "task_scope",
     "where",
@@ -150,8 +152,6 @@ def opened(path: str) -> Checkpoint:
     with _LOCK:
         found = _OPEN.get(key)
         if found is None:
-            from ._checkpoint import open_checkpoint
-
             unshared = [item for item in _OPEN if item not in _SHARED]
             if len(unshared) >= _OPEN_LIMIT:
                 evicted = _OPEN.pop(unshared[0])
@@ -262,20 +262,6 @@ class Engine(Protocol):
         weights: Sequence[int] | None = None,
         progress: _Progress | None = None,
     ) -> list[Any]: ...
-
-
-def runner(jobs: int, scheduler: str | None = None) -> Engine:
-    """The engine for ``--jobs N`` or, given a scheduler address, for a Dask cluster.
-
-    ``scheduler`` is ``tcp://host:port`` (any address ``dask.distributed`` accepts) or
-    ``local:N`` (a local cluster of N worker processes while the engine is open).
-    Without Dask installed that is an EngineError saying how to install it.
-    """
-    if scheduler is None:
-        return Runner(jobs)
-    from ._dask_engine import DaskRunner
-
-    return DaskRunner(scheduler)
 
 
 class _Slot:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 from .._core.dtype import DType
 from .._core.errors import DataError
-from .._kernels.digest import digest_of, preamble, stored_digest
+from .._kernels.digest import preamble, stored_digest
 from .._kernels.exact_stats import Totals, totals
 from .._kernels.pieces import pieces
-from ._checkpoint import has_dtype
+from ._checkpoint import digest_of, has_dtype
 from ._pool import JobError, Part, loaded, opened
 from ._values import Source
 

@@ -16,6 +16,7 @@ import numpy as np
 from .._core.dtype import DType
 from .._core.errors import DTypeError
 from .._kernels.pieces import pieces
+from ..io._ggml import DEQUANTIZABLE, GGML_TYPES, dequantize
 from ._checkpoint import has_dtype
 
 if TYPE_CHECKING:
@@ -91,7 +92,6 @@ class Source:
         return self._stored[first * nbytes : last * nbytes]
 
     def _dequantized(self, start: int, stop: int) -> np.ndarray[Any, Any]:
-        from ..io._ggml import dequantize
 
         assert self._stored is not None
         kind = self._block
@@ -111,7 +111,6 @@ def _block_type(checkpoint: Checkpoint, type_name: str) -> Any:
     """The ggml block type of a GGUF tensor strided dequantizes; None for raw bytes."""
     if checkpoint.format != "gguf":
         return None
-    from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 
     if type_name not in DEQUANTIZABLE:
         return None
