@@ -15,7 +15,7 @@ from .limits import describe
 if TYPE_CHECKING:
     from .scalar import Scalar
 
-__all__ = ["DType", "as_dtype", "bind_scalar", "finite_range"]
+__all__ = ["FLOAT_LAYOUTS", "DType", "FloatLayout", "as_dtype", "bind_scalar", "finite_range"]
 
 # Scalar is built on DType (``scalar`` imports this module), so ``DType.min``/``max``
 # cannot import it without a loop: ``scalar`` hands its class over here when it is
@@ -227,3 +227,36 @@ def as_dtype(dtype: object) -> DType:
     if isinstance(dtype, str):
         return DType.parse(dtype)
     raise DTypeError(f"expected a DType, found {type(dtype).__name__}")
+
+
+class FloatLayout(NamedTuple):
+    """The bit layout of a rounding float dtype and the bounds of its finite values."""
+
+    bits: int  # storage width
+    exponent_bits: int
+    mantissa_bits: int  # stored significand bits (the implicit leading bit not included)
+    emin: int  # exponent of the smallest normal value
+    emax: int  # exponent of the largest finite value
+    max_significand: int  # significand (as an integer) of the largest finite value
+    has_inf: bool
+
+    @property
+    def precision(self) -> int:
+        """Significand bits, the implicit leading bit included."""
+        return self.mantissa_bits + 1
+
+
+# The one table of float layouts (F8_E8M0, only powers of two, does not round and has
+# none). F8_E4M3 (float8_e4m3fn) spends its top significand at the top exponent on NaN,
+# so its largest finite value is 0b1110 * 2**5 = 448 rather than 480.
+# fmt: off
+FLOAT_LAYOUTS: dict[DType, FloatLayout] = {
+    #                         bits  exp  mant  emin   emax  max significand  inf
+    DType.F64:     FloatLayout(64,  11,  52,   -1022, 1023, 2**53 - 1,       True),
+    DType.F32:     FloatLayout(32,  8,   23,   -126,  127,  2**24 - 1,       True),
+    DType.F16:     FloatLayout(16,  5,   10,   -14,   15,   2**11 - 1,       True),
+    DType.BF16:    FloatLayout(16,  8,   7,    -126,  127,  2**8 - 1,        True),
+    DType.F8_E4M3: FloatLayout(8,   4,   3,    -6,    8,    0b1110,          False),
+    DType.F8_E5M2: FloatLayout(8,   5,   2,    -14,   15,   0b111,           True),
+}
+# fmt: on

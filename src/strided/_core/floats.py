@@ -14,11 +14,11 @@ import functools
 import math
 import re
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from .dtype import DType
+from .dtype import FLOAT_LAYOUTS, DType, FloatLayout
 from .errors import DTypeError, FormatError, LimitError, RangeError
 
 __all__ = [
@@ -34,25 +34,9 @@ MAX_DIGITS = 4300
 """Most digits a numeric text may hold (Python's own int-from-str limit); more is LimitError."""
 
 
-class _Format(NamedTuple):
-    precision: int  # significand bits, the implicit leading bit included
-    emin: int  # exponent of the smallest normal value
-    emax: int  # exponent of the largest finite value
-    max_significand: int  # significand (as an integer) of the largest finite value
-    has_inf: bool
-
-
-# F8_E4M3 (float8_e4m3fn) spends its top significand at the top exponent on NaN, so its
-# largest finite value is 0b1110 * 2**5 = 448 rather than 480; past it, rounding goes on
-# as if 480 existed, which makes 464 (the midpoint) a tie that goes to even, 448.
-_FORMATS: dict[DType, _Format] = {
-    DType.F64: _Format(53, -1022, 1023, 2**53 - 1, True),
-    DType.F32: _Format(24, -126, 127, 2**24 - 1, True),
-    DType.F16: _Format(11, -14, 15, 2**11 - 1, True),
-    DType.BF16: _Format(8, -126, 127, 2**8 - 1, True),
-    DType.F8_E4M3: _Format(4, -6, 8, 0b1110, False),
-    DType.F8_E5M2: _Format(3, -14, 15, 0b111, True),
-}
+# Past F8_E4M3's largest finite value (448) rounding goes on as if 480 existed, which
+# makes 464 (the midpoint) a tie that goes to even, 448.
+_FORMATS = FLOAT_LAYOUTS  # read through _format(), which names a non-float
 
 # NumPy converts a double to float32 (a hardware conversion) and to float16 (its own
 # bit-level routine, or a hardware one) with a single correctly rounded step, so these
@@ -69,14 +53,14 @@ def significand_bits(dtype: DType) -> int:
     return _format(dtype).precision
 
 
-def _format(dtype: DType) -> _Format:
+def _format(dtype: DType) -> FloatLayout:
     fmt = _FORMATS.get(dtype)
     if fmt is None:
         raise DTypeError(f"{dtype} is not a float dtype")
     return fmt
 
 
-def _round_ratio(fmt: _Format, num: int, den: int) -> tuple[float | None, bool]:
+def _round_ratio(fmt: FloatLayout, num: int, den: int) -> tuple[float | None, bool]:
     """Round ``num / den`` (both > 0) to ``fmt``: ``(result, was_exact_tie)``.
 
     The result is None when it lies past the largest finite value.
@@ -163,7 +147,7 @@ def _power_of_two(value: int | float | Fraction) -> float:
     )
 
 
-def _round_float(dtype: DType, fmt: _Format, value: float) -> float:
+def _round_float(dtype: DType, fmt: FloatLayout, value: float) -> float:
     if dtype is DType.F64 or value == 0.0:
         return value
     fast = _NUMPY_FAST.get(dtype)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.dtype import DType
+from .._core.dtype import FLOAT_LAYOUTS, DType
 from .._core.scalar import Scalar
 from .convert import cast, widen
 
@@ -61,12 +61,8 @@ class _Format:
 
 
 _FORMATS = {
-    DType.F64: _Format(64, 11, 52),
-    DType.F32: _Format(32, 8, 23),
-    DType.F16: _Format(16, 5, 10),
-    DType.BF16: _Format(16, 8, 7),
-    DType.F8_E4M3: _Format(8, 4, 3),
-    DType.F8_E5M2: _Format(8, 5, 2),
+    dtype: _Format(layout.bits, layout.exponent_bits, layout.mantissa_bits)
+    for dtype, layout in FLOAT_LAYOUTS.items()
 }
 
 
