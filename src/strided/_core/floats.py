@@ -20,6 +20,7 @@ import numpy as np
 
 from .dtype import FLOAT_LAYOUTS, DType, FloatLayout
 from .errors import DTypeError, FormatError, LimitError, RangeError
+from .limits import MAX_DIGITS
 
 __all__ = [
     "MAX_DIGITS",
@@ -29,9 +30,6 @@ __all__ = [
     "shortest_text",
     "significand_bits",
 ]
-
-MAX_DIGITS = 4300
-"""Most digits a numeric text may hold (Python's own int-from-str limit); more is LimitError."""
 
 
 # Past F8_E4M3's largest finite value (448) rounding goes on as if 480 existed, which

@@ -1,4 +1,5 @@
-"""Hard caps, and the one shape check every constructor runs before it allocates."""
+"""Every hard cap in one place (shapes, samples, parse budgets, what each reader accepts),
+and the one shape check every constructor runs before it allocates."""
 
 from __future__ import annotations
 
@@ -111,3 +112,52 @@ def describe(value: object) -> str:
 # header, index, central directory and pickle it reads (io/_budget.ParseBudget).
 BUDGET_BASE = 64 << 20
 BUDGET_FACTOR = 16
+
+
+# -- caps on what a reader accepts ---------------------------------------------------
+# Every cap on hostile input lives here; the module that applies it imports it by name
+# (often under its old local name, e.g. io.npy's MAX_HEADER_BYTES).
+
+# Text and values
+MAX_DIGITS = 4300  # digits in a numeric text (Python's own int-from-str limit)
+MAX_JSON_BRACKETS = 64  # nesting of a tensor JSON document's data
+MAX_FOREIGN_NESTING = 64  # containers searched for tensors in a NumPy call's arguments
+
+# File headers and indexes
+MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # the reference implementation's cap on N
+MAX_SAFETENSORS_HEADER_DEPTH = 3  # top object, tensor entry (or __metadata__), a list
+# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
+MAX_INDEX_BYTES = 100_000_000
+MAX_INDEX_DEPTH = 16
+MAX_NPY_HEADER_BYTES = 10_000  # an .npy header's text (NumPy writes well under this)
+MAX_GGUF_STRING_BYTES = 1 << 26  # one GGUF string
+MAX_GGUF_HEADER_FETCH = 1 << 28  # a remote GGUF header is fetched as parsed, this in all
+MAX_GGUF_METADATA_VALUES = 1 << 24  # metadata values (array elements included)
+MAX_GGUF_KEY_BYTES = 65535  # one metadata key
+MAX_GGUF_NAME_BYTES = 64  # one tensor name (GGML_MAX_NAME)
+MAX_GGUF_DIMS = 4  # a tensor's dims (GGML_MAX_DIMS)
+
+# Zip archives (.npz, PyTorch)
+MAX_ZIP_MEMBERS = 1 << 20
+# All member names together; the directory of a real checkpoint is a few MiB at most.
+MAX_ZIP_NAME_BYTES = 1 << 26
+# Deflate codes at most 258 bytes per 2 bits, so no stream expands more than 1032-fold.
+MAX_DEFLATE_RATIO = 1032
+
+# Pickles (PyTorch checkpoints, read as data)
+MAX_PICKLE_OPCODES = 1 << 24  # opcodes one pickle may run (each pushes at most one value)
+MAX_PICKLE_MEMO = 1 << 22  # memo entries
+MAX_PICKLE_MARKS = 256  # open MARKs at once
+MAX_PICKLE_LINE = 1 << 16  # text arguments of protocol 0 opcodes
+MAX_PICKLE_LONG_BYTES = 256  # LONG4 payload (LONG1 cannot exceed 255 bytes either)
+MAX_PICKLE_NUMBER_TEXT = 1024  # a protocol 0 INT, LONG or FLOAT argument, in characters
+# Far beyond any real storage; keeps byte strides of size-1 axes inside 64 bits.
+MAX_PICKLE_STRIDE = 1 << 48
+MAX_PYTORCH_NESTING = 256  # dicts/lists/tuples inside each other
+MAX_PYTORCH_NAME = 1 << 16  # characters in a dotted name
+# Byte-swapped storages of a big-endian archive kept for reuse (least recently used go).
+MAX_SWAPPED_CACHE_BYTES = 64 << 20
+
+# Remote files and manifests
+MAX_REDIRECTS = 5
+MAX_MANIFEST_BYTES = 1 << 28  # a ``strided verify`` manifest

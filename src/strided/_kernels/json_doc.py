@@ -25,6 +25,7 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import DataError, DTypeError, FormatError, LimitError, ShapeError
+from .._core.limits import MAX_JSON_BRACKETS as _MAX_BRACKETS
 from .._core.limits import MAX_RANK, check_dims
 from .bulk_format import format_flat, quoted_groups
 from .bulk_parse import parse_list, parse_quoted
@@ -34,7 +35,6 @@ __all__ = ["document", "dumps", "from_document", "loads"]
 
 _KEYS = ("dtype", "shape", "data")
 _CANONICAL = {dtype.name: dtype for dtype in DType}
-_MAX_BRACKETS = 64
 _DUMP_CHUNK = 1 << 16  # entries formatted per step by dumps
 _FAST_HEAD = re.compile(
     rb'\{"dtype":"([A-Z0-9_]{1,8})","shape":\['

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.limits import MAX_FOREIGN_NESTING as _MAX_NESTING
 from .._core.storage import fresh_view
 from .._kernels.dlpack import CPU_DEVICE, export_capsule, import_array
 from .base import TensorInternals
@@ -46,7 +47,6 @@ _OPERATORS: dict[Any, tuple[str, str, str]] = {
     np.greater: ("__gt__", "__lt__", ">"),
     np.greater_equal: ("__ge__", "__le__", ">="),
 }
-_MAX_NESTING = 64
 _FOREIGN = {"torch": "a PyTorch tensor", "jax": "a JAX array", "jaxlib": "a JAX array"}
 
 

@@ -34,7 +34,8 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import FormatError, LimitError, ShapeError
-from .._core.limits import check_dims, describe
+from .._core.limits import MAX_INDEX_BYTES, check_dims, describe
+from .._core.limits import MAX_INDEX_DEPTH as _INDEX_DEPTH
 from .._core.storage import ReadOnlyMemory, borrow
 from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
@@ -294,11 +295,6 @@ def write_logical(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
     for start in range(0, array.shape[0], rows):
         # A piece of whole rows; a single row larger than a chunk is split further.
         write_logical(file, array[start : start + rows] if rows > 1 else array[start])
-
-
-# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
-MAX_INDEX_BYTES = 100_000_000
-_INDEX_DEPTH = 16
 
 
 def index_shards(

@@ -24,9 +24,10 @@ from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
 from ..io._budget import ParseBudget
 from ..io._common import label
-from ..io._detect import HEAD_BYTES, detect, open_detected
+from ..io._detect import HEAD_BYTES, detect
 from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 from ..io._http import is_url
+from ..io._open import open_detected
 from ..io._safetensors_header import DTYPE_BITS
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
