@@ -38,3 +38,6 @@ class TensorInternals:
 
         @classmethod
         def _wrap(cls, array: np.ndarray) -> Tensor: ...
+
+        @classmethod
+        def _adopt_flat(cls, flat: np.ndarray, dims: tuple[int, ...]) -> Tensor: ...

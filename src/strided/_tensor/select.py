@@ -1,4 +1,5 @@
-"""Selection that copies: ``t.take(indices, axis)``, boolean masks ``t[mask]`` and ``where``.
+"""Selection that copies: ``t.take(indices, axis)`` and boolean masks ``t[mask]`` (``where``
+is in ``join``, beside the other functions that build a tensor from several).
 
 Every path validates first (dtypes, shapes, every index against the axis length, the
 result against MAX_RANK and MAX_ELEMENTS) and then makes one NumPy call on the tensors'
