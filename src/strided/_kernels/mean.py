@@ -8,13 +8,13 @@ row's mean is settled in one of three ways:
 * F16/BF16/F32 rows: summed in F64 with a proven error bound; the mean is accepted when
   its whole error interval rounds to one value or two neighbours of the dtype (so it is
   within one ulp of the exact mean);
-* F64 rows: one extraction pass (see ``_fsum``) turns each row into an exact float sum
+* F64 rows: one extraction pass (see ``fsum``) turns each row into an exact float sum
   plus remainders whose sum has a proven error bound; the quotient by the count is
   computed with an exact remainder (Dekker's product) and accepted only when the whole
   error interval lies inside one rounding cell of the candidate;
 * everything else (huge, tiny or cancelling F64 rows, very long ones, the rare
   uncertified narrow row): the exact sum as an integer in units of the dtype's smallest
-  subnormal (``_exact_stats``), divided as a ``Fraction`` and rounded once.
+  subnormal (``exact_stats``), divided as a ``Fraction`` and rounded once.
 
 No sum overflows on the way: the mean of ``[F16 max, F16 max]`` is F16 max. A row with
 a NaN, or infinities of both signs, has mean NaN; one infinity sign gives that infinity;

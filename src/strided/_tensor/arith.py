@@ -3,7 +3,7 @@
 There is no promotion: both operands have one dtype, and a Python number or string on
 either side is first converted exactly into it (``Scalar(t.dtype, v)``). Floats follow
 IEEE 754 through NumPy (F16 and BF16 are widened exactly to F32, computed, and rounded
-once). Integers are exact: NumPy computes the wrapped result and ``_checked`` proves
+once). Integers are exact: NumPy computes the wrapped result and ``_kernels.checked`` proves
 nothing wrapped, or raises RangeError naming the first offending element.
 """
 

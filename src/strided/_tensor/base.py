@@ -19,7 +19,7 @@ __all__ = ["TensorInternals"]
 class TensorInternals:
     """Base of Tensor's mixins: to mypy, Tensor's private surface; at run time, the one
     place that guards every public method of Tensor and its mixins against MemoryError
-    (``_memory.guard_methods``: it becomes LimitError)."""
+    (``_core.memory.guard_methods``: it becomes LimitError)."""
 
     __slots__ = ()
 

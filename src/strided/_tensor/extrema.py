@@ -1,8 +1,8 @@
 """Tensor methods for the comparison reductions: min, max, argmin, argmax, any, all,
-count_nonzero, and mean (exact, in ``_mean``).
+count_nonzero, and mean (exact, in ``_kernels.mean``).
 
 Each is one NumPy reduction over the tensor's own view (no copy of the input; argmin
-and argmax of a large tensor copy one cache-sized block at a time, ``_argfind``), with the
+and argmax of a large tensor copy one cache-sized block at a time, ``_kernels.argfind``), with the
 axis rules of ``sum``: ``axis`` None (every axis), an int or a tuple, negative values
 counted from the end, a bad or repeated axis IndexingError. ``axis=None`` without
 ``keepdims`` gives a Scalar, anything else a new contiguous Tensor.

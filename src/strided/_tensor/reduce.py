@@ -3,7 +3,7 @@
 Integer sums are exact: narrow integers accumulate in a 64-bit type (exact for up to
 2**31 terms); 64-bit integers are summed block by block, either directly when the block's
 bound rules out wrapping or as 32-bit high and low halves, with Python ints carrying the
-(few) block totals. Float sums live in ``_fsum``, products in ``_matmul``.
+(few) block totals. Float sums live in ``_kernels.fsum``, products in ``_kernels.matmul``.
 """
 
 from __future__ import annotations

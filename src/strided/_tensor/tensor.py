@@ -125,7 +125,7 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
         """Trusted: a freshly computed array that no one else holds becomes a new tensor.
 
         It is made C-contiguous in ``dtype.numpy`` (copying only when needed) and
-        sealed read-only (see ``_construct.seal``): neither ``t.numpy()`` nor its base
+        sealed read-only (see ``_core.storage.seal``): neither ``t.numpy()`` nor its base
         can be made writable again.
         """
         # A NumPy result is labelled ``=f4`` where the table says ``<f4``: the same

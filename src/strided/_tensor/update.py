@@ -2,7 +2,7 @@
 
 A tensor never changes, so "assigning" builds a new one: the source is copied once into
 fresh C-contiguous memory, the selection is found on that copy with the same index
-parser that serves ``t[...]`` (``_indexing``), and the replacement is written into it.
+parser that serves ``t[...]`` (``_core.indexing``), and the replacement is written into it.
 Everything that can fail (the index, the replacement's dtype, value and shape) is
 checked against the source *before* the copy is made, so an error costs no allocation
 and, like every error, changes nothing.

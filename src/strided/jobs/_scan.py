@@ -1,7 +1,7 @@
 """Reading every element once: exact statistics, and the digest in the same pass.
 
 The task behind ``strided verify`` and ``strided inspect --full``. A part of a tensor
-yields exact ``Totals`` (``_exact_stats``); a part covering a whole tensor can also
+yields exact ``Totals`` (``_kernels.exact_stats``); a part covering a whole tensor can also
 yield its digest, hashed from the same pieces while they are in cache. Block-quantized
 GGUF tensors are scanned through their dequantized values (their digest hashes the
 stored blocks); tensors of stored types strided cannot decode are not scanned (only
