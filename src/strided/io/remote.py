@@ -36,8 +36,6 @@ from .safetensors import SafetensorsFile, _Shard
 if TYPE_CHECKING:
     from .._core.dtype import DType
     from .._tensor.inspect import TensorInspection, TensorInspectionOptions
-    from .gguf import GGUFFile
-    from .safetensors import SafetensorsFile
 
 __all__ = ["PROBE_BYTES", "RemoteStorage", "open_remote", "remote_gguf", "remote_safetensors"]
 
