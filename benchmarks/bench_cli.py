@@ -1,7 +1,9 @@
 """The command line as a person runs it: whole processes, interpreter start-up included.
 
-Start-up first: ``strided --help``, ``--version`` and ``hash`` of a small file against
-``python -c "import numpy"`` and an ``np.load`` one-liner (what any NumPy tool pays).
+Start-up first: ``strided --help``, ``--version`` and ``hash`` of a small file (F32 and
+F16, then BF16: a safetensors hash streams the stored bytes, so neither loads
+``ml_dtypes``) against ``python -c "import numpy"`` and an ``np.load`` one-liner (what
+any NumPy tool pays).
 Then a ~200 MiB checkpoint: ``strided inspect`` lists every tensor with sampled
 statistics; the reference one-liner only prints names, dtypes and shapes through
 ``safetensors.safe_open``.
@@ -42,6 +44,8 @@ def _start_up_rows(strided: str, folder: str) -> Iterator[Row]:
     small = os.path.join(folder, "small.safetensors")
     values = np.arange(4096, dtype=np.float32).reshape(64, 64)
     st.save_safetensors(small, {"w": st.Tensor.from_numpy(values), "b": st.tensor([1.0], "F16")})
+    small_bf16 = os.path.join(folder, "small-bf16.safetensors")
+    st.save_safetensors(small_bf16, {"w": st.Tensor.from_numpy(values).convert("BF16")})
     array = os.path.join(folder, "small.npy")
     np.save(array, values)
     references = {
@@ -51,6 +55,11 @@ def _start_up_rows(strided: str, folder: str) -> Iterator[Row]:
     yield Row("strided --help", lambda: _run(strided, "--help"), references)
     yield Row("strided --version", lambda: _run(strided, "--version"), references)
     yield Row("strided hash (16 KiB safetensors)", lambda: _run(strided, "hash", small), references)
+    yield Row(
+        "strided hash (8 KiB BF16 safetensors)",
+        lambda: _run(strided, "hash", small_bf16),
+        references,
+    )
 
 
 _NP_LOAD = "import sys, numpy as np; print(np.load(sys.argv[1]).sum())"

@@ -161,8 +161,13 @@ def test_framing_needs_the_header_to_fit_the_file(tmp_path: Path) -> None:
     assert detect(b"  \n{", 4, "x").name == "json"
     head = struct.pack("<Q", 64) + b"{"
     assert detect(head, 8 + 64, "x").name == "safetensors"
-    with pytest.raises(st.FormatError, match="tried gguf, safetensors, zip, npy, pickle, json"):
+    # A file framed as safetensors that fails only the framing is named for it.
+    with pytest.raises(st.FormatError, match="runs past the end of the 71-byte file"):
         detect(head, 8 + 63, "x")
+    with pytest.raises(st.LimitError, match="header length 100000001 exceeds the cap"):
+        detect(struct.pack("<Q", 100_000_001) + b"{", 1 << 30, "x")
+    with pytest.raises(st.FormatError, match="tried gguf, safetensors, zip, npy, pickle, json"):
+        detect(struct.pack("<Q", 64) + b"[", 100, "x")
     assert detect(b"\x80\x02}q\x00", 100, "x").name == "pickle"
     assert [entry.name for entry in FORMATS] == [
         "gguf",

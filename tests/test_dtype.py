@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -158,3 +162,51 @@ def test_pickle_and_copy(dtype: st.DType) -> None:
         assert pickle.loads(pickle.dumps(dtype, protocol)) is dtype
     assert copy.copy(dtype) is dtype
     assert copy.deepcopy(dtype) is dtype
+
+
+# A fresh interpreter: what DType answers without ml_dtypes, and when ml_dtypes arrives.
+_LAZY_PROBE = """
+import sys
+import numpy as np
+from strided import DType as D, Scalar, Tensor
+def loaded():
+    return "ml_dtypes" in sys.modules
+facts = [(d.name, d.itemsize, d.is_float, d.is_signed, d.is_storage_only) for d in D]
+names = [D.parse(n) for n in ("bfloat16", "FLOAT8_E4M3FN", "float8_e5m2", "float8_e8m0fnu")]
+shown = [facts[10], names, D.BF16.max, Scalar.parse(D.F8_E4M3, "-448")]
+print(loaded(), *shown)
+native = [D.from_numpy(D[n].numpy).name for n in ("BOOL", "U8", "I64", "F16", "F64")]
+print(loaded(), native)
+t = Tensor.from_numpy(np.arange(4, dtype=np.float32)).reshape(2, 2)
+shown = [t.dtype, t.convert("F16").sum(), t.tolist()]
+print(loaded(), *shown)
+found = D.from_numpy(sys.argv[1])
+print(found, loaded())
+import ml_dtypes
+print(D.BF16.numpy == np.dtype(ml_dtypes.bfloat16), D.F8_E8M0.numpy.name)
+# Arrays, dtypes and scalars of ml_dtypes' types from the caller are taken as ever.
+t = Tensor.from_numpy(np.array([1.5, -0.0], ml_dtypes.bfloat16))
+print(t.dtype, t[0].item(), (t + t).dtype, D.from_numpy(np.dtype(ml_dtypes.float8_e4m3fn)))
+print(Scalar(D.F32, ml_dtypes.bfloat16(0.1)).value == float(ml_dtypes.bfloat16(0.1)))
+print(Scalar(D.I8, ml_dtypes.int4(-3)).value, repr(Tensor.from_numpy(np.ones(2, "float8_e8m0fnu"))))
+"""
+
+
+def test_ml_dtypes_is_imported_when_a_type_of_it_is_first_needed() -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(st.__file__).resolve().parent.parent)}
+    for name, then in (("bfloat16", "BF16"), ("float8_e5m2", "F8_E5M2")):
+        result = subprocess.run(
+            [sys.executable, "-c", _LAZY_PROBE, name],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert result.stdout.splitlines() == [
+            "False ('BF16', 2, True, True, False) [DType.BF16, DType.F8_E4M3, DType.F8_E5M2, "
+            "DType.F8_E8M0] 3.39e+38 -450.0",  # -448 is shortest as -450 in F8_E4M3
+            "False ['BOOL', 'U8', 'I64', 'F16', 'F64']",
+            "False F32 6.0 [[0.0, 1.0], [2.0, 3.0]]",
+            f"{then} True",  # NumPy knows that name once ml_dtypes is imported
+            "True float8_e8m0fnu",
+            "BF16 1.5 BF16 F8_E4M3",
+            "True",
+            "-3 Tensor(dtype=F8_E8M0, shape=[2], data=[1.0, 1.0])",
+        ], result.stderr

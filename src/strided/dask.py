@@ -18,23 +18,19 @@ without Dask is an ImportError that says so. ``import strided`` never imports Da
 
 from __future__ import annotations
 
-import math
 import os
 import uuid
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ._core.dtype import DType
 from ._core.errors import DTypeError, RangeError, ShapeError
-from ._core.floats import round_exact
 from ._core.scalar import Scalar
-from ._kernels import exact_stats as _exact_stats
 from ._kernels.checked import int_range
-from ._kernels.exact_stats import Totals, totals
 from ._kernels.pieces import pieces
+from ._kernels.summation import ExactSum, combine, exact_partial
 from .io._http import is_url
 from .jobs._checkpoint import has_dtype, open_checkpoint
 from .jobs._dask_chunks import TensorChunks
@@ -143,35 +139,27 @@ def exact_sum(array: Any) -> Scalar:
     if dtype.is_storage_only:
         raise DTypeError(f"exact_sum: not defined for {dtype.name}; convert to a wider dtype first")
     partial = _dask.delayed(_partial, pure=False)  # fresh keys: a repeat is computed anew
-    merge = _dask.delayed(_merge, pure=False)
+    merge = _dask.delayed(combine, pure=False)
     level = [partial(block, dtype.name) for block in array.to_delayed().ravel().tolist()]
     while len(level) > 1:
-        level = [merge(*level[i : i + _FAN_IN]) for i in range(0, len(level), _FAN_IN)]
-    found = level[0].compute() if level else Totals()
+        level = [merge(level[i : i + _FAN_IN]) for i in range(0, len(level), _FAN_IN)]
+    found = level[0].compute() if level else ExactSum()
     return _finish(found, DType.I64 if dtype is DType.BOOL else dtype)
 
 
-def _partial(block: Any, dtype_name: str) -> Totals:
-    """The exact totals of one chunk (run in a worker)."""
+def _partial(block: Any, dtype_name: str) -> ExactSum:
+    """The exact partial sum of one chunk (run in a worker)."""
     dtype = DType[dtype_name]
     values = np.asarray(block)
     if DType.from_numpy(values.dtype) is not dtype:
         raise DTypeError(f"exact_sum: a chunk holds {values.dtype}, the array says {dtype.name}")
     if dtype is DType.BOOL:  # a count (a NumPy bool may hold any nonzero byte)
-        return Totals(count=values.size, total=int(np.count_nonzero(values)))
+        return ExactSum(int(np.count_nonzero(values)))
     values = np.asarray(values, dtype=dtype.numpy)  # little-endian
-    return totals(pieces(values), dtype)
+    return combine(exact_partial(piece, dtype) for piece in pieces(values))
 
 
-def _merge(*parts: Totals) -> Totals:
-    """Partial totals merged (a node of the reduction tree; sums add exactly)."""
-    merged = Totals()
-    for part in parts:
-        merged = merged.merge(part)
-    return merged
-
-
-def _finish(found: Totals, dtype: DType) -> Scalar:
+def _finish(found: ExactSum, dtype: DType) -> Scalar:
     """The total of merged partials, rounded once into ``dtype``."""
     if not dtype.is_float:
         low, high = int_range(dtype)
@@ -180,13 +168,4 @@ def _finish(found: Totals, dtype: DType) -> Scalar:
                 f"exact_sum: the sum {found.total} does not fit {dtype.name} ({low} to {high})"
             )
         return Scalar._trusted(dtype, found.total)
-    if found.nan or (found.pos_inf and found.neg_inf):
-        return Scalar._trusted(dtype, math.nan)
-    if found.pos_inf or found.neg_inf:
-        return Scalar._trusted(dtype, math.inf if found.pos_inf else -math.inf)
-    unit = _exact_stats._FORMATS[dtype].unit_bits  # values are integers in units of 2**-unit
-    try:
-        value = round_exact(dtype, Fraction(found.total, 1 << unit)) + 0.0
-    except RangeError:  # past the largest finite value: IEEE overflow
-        value = math.inf if found.total > 0 else -math.inf
-    return Scalar._trusted(dtype, value)
+    return Scalar._trusted(dtype, found.rounded(dtype))

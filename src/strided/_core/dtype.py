@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+import functools
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
@@ -15,7 +16,17 @@ from .limits import describe
 if TYPE_CHECKING:
     from .scalar import Scalar
 
-__all__ = ["FLOAT_LAYOUTS", "DType", "FloatLayout", "as_dtype", "bind_scalar", "finite_range"]
+__all__ = [
+    "FLOAT_LAYOUTS",
+    "FROM_ML_DTYPES",
+    "DType",
+    "FloatLayout",
+    "as_dtype",
+    "bind_scalar",
+    "finfo",
+    "finite_range",
+    "ml_dtypes_module",
+]
 
 # Scalar is built on DType (``scalar`` imports this module), so ``DType.min``/``max``
 # cannot import it without a loop: ``scalar`` hands its class over here when it is
@@ -81,13 +92,19 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
 
     @property
     def numpy(self) -> np.dtype[Any]:
-        """The little-endian NumPy dtype (BF16 and the 8-bit floats through ``ml_dtypes``)."""
-        return _NUMPY[self]
+        """The little-endian NumPy dtype (BF16 and the 8-bit floats through ``ml_dtypes``).
+
+        Asking for the type of BF16 or an 8-bit float imports ``ml_dtypes`` (once).
+        """
+        try:
+            return _NUMPY[self]
+        except KeyError:
+            return _ml_numpy(self)
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return _NUMPY[self].itemsize
+        return _FACTS[self].itemsize
 
     @property
     def is_float(self) -> bool:
@@ -138,9 +155,13 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
         try:
             np_dtype = np.dtype(dtype)  # type: ignore[call-overload]
         except Exception:
-            raise DTypeError(f"not a NumPy dtype: {describe(dtype)}") from None
+            np_dtype = _ml_dtypes_name(dtype)
         try:
-            found = _BY_NUMPY.get(np_dtype.newbyteorder("<"))
+            little = np_dtype.newbyteorder("<")
+            found = _BY_NUMPY.get(little)
+            if found is None and little.name in _ML_NAMES:
+                # An ml_dtypes dtype (or one named like it): ml_dtypes is loaded already.
+                found = _by_numpy_all().get(little)
         except Exception:  # structured and other dtypes without a byte order
             found = None
         if found is None:
@@ -162,7 +183,9 @@ class DType(enum.Enum, metaclass=_DTypeMeta):
 class _Facts(NamedTuple):
     """What strided knows about one DType; every other module reads it from here."""
 
-    numpy_type: Any  # the NumPy (or ml_dtypes) scalar type; its name is the NumPy name
+    numpy_name: str  # the NumPy dtype's name, which is also its scalar type's name
+    ml_dtypes: bool  # the type is ml_dtypes' (imported when first needed), not NumPy's
+    itemsize: int  # bytes per element
     kind: str  # "bool", "int" or "float"
     signed: bool
     storage_only: bool  # no arithmetic: the 8-bit floats
@@ -177,30 +200,37 @@ _MAX_F64 = sys.float_info.max
 
 # The one table of dtype facts. F8_E4M3 has no infinity and spends its top pattern on
 # NaN, so its largest value is 448; F8_E8M0 is only the powers of two 2**-127 ... 2**127
-# and NaN: no zero, no sign, no infinity.
+# and NaN: no zero, no sign, no infinity. The types NumPy lacks are named, not held:
+# ml_dtypes takes about a second to import, so it is loaded when one is first needed.
 # fmt: off
 _FACTS: dict[DType, _Facts] = {
-    #                numpy type                kind     signed storage  min         max
-    DType.BOOL:    _F(np.bool_,                "bool",  False, False,   False,      True),
-    DType.I8:      _F(np.int8,                 "int",   True,  False,   -(2**7),    2**7 - 1),
-    DType.I16:     _F(np.int16,                "int",   True,  False,   -(2**15),   2**15 - 1),
-    DType.I32:     _F(np.int32,                "int",   True,  False,   -(2**31),   2**31 - 1),
-    DType.I64:     _F(np.int64,                "int",   True,  False,   -(2**63),   2**63 - 1),
-    DType.U8:      _F(np.uint8,                "int",   False, False,   0,          2**8 - 1),
-    DType.U16:     _F(np.uint16,               "int",   False, False,   0,          2**16 - 1),
-    DType.U32:     _F(np.uint32,               "int",   False, False,   0,          2**32 - 1),
-    DType.U64:     _F(np.uint64,               "int",   False, False,   0,          2**64 - 1),
-    DType.F16:     _F(np.float16,              "float", True,  False,   -65504.0,   65504.0),
-    DType.BF16:    _F(ml_dtypes.bfloat16,      "float", True,  False,   -_MAX_BF16, _MAX_BF16),
-    DType.F32:     _F(np.float32,              "float", True,  False,   -_MAX_F32,  _MAX_F32),
-    DType.F64:     _F(np.float64,              "float", True,  False,   -_MAX_F64,  _MAX_F64),
-    DType.F8_E4M3: _F(ml_dtypes.float8_e4m3fn, "float", True,  True,    -448.0,     448.0),
-    DType.F8_E5M2: _F(ml_dtypes.float8_e5m2,   "float", True,  True,    -57344.0,   57344.0),
-    DType.F8_E8M0: _F(ml_dtypes.float8_e8m0fnu, "float", False, True,   2.0**-127,  2.0**127),
+    # NumPy name, from ml_dtypes, bytes, kind, signed, storage only, min, max
+    DType.BOOL:    _F("bool",           False, 1, "bool",  False, False, False,      True),
+    DType.I8:      _F("int8",           False, 1, "int",   True,  False, -(2**7),    2**7 - 1),
+    DType.I16:     _F("int16",          False, 2, "int",   True,  False, -(2**15),   2**15 - 1),
+    DType.I32:     _F("int32",          False, 4, "int",   True,  False, -(2**31),   2**31 - 1),
+    DType.I64:     _F("int64",          False, 8, "int",   True,  False, -(2**63),   2**63 - 1),
+    DType.U8:      _F("uint8",          False, 1, "int",   False, False, 0,          2**8 - 1),
+    DType.U16:     _F("uint16",         False, 2, "int",   False, False, 0,          2**16 - 1),
+    DType.U32:     _F("uint32",         False, 4, "int",   False, False, 0,          2**32 - 1),
+    DType.U64:     _F("uint64",         False, 8, "int",   False, False, 0,          2**64 - 1),
+    DType.F16:     _F("float16",        False, 2, "float", True,  False, -65504.0,   65504.0),
+    DType.BF16:    _F("bfloat16",       True,  2, "float", True,  False, -_MAX_BF16, _MAX_BF16),
+    DType.F32:     _F("float32",        False, 4, "float", True,  False, -_MAX_F32,  _MAX_F32),
+    DType.F64:     _F("float64",        False, 8, "float", True,  False, -_MAX_F64,  _MAX_F64),
+    DType.F8_E4M3: _F("float8_e4m3fn",  True,  1, "float", True,  True,  -448.0,     448.0),
+    DType.F8_E5M2: _F("float8_e5m2",    True,  1, "float", True,  True,  -57344.0,   57344.0),
+    DType.F8_E8M0: _F("float8_e8m0fnu", True,  1, "float", False, True,  2.0**-127,  2.0**127),
 }
 # fmt: on
+FROM_ML_DTYPES = frozenset(d for d, facts in _FACTS.items() if facts.ml_dtypes)
+"""The dtypes whose NumPy type ``ml_dtypes`` defines (asking for it imports ml_dtypes)."""
+
+# The NumPy dtypes known so far: NumPy's own from the start, ml_dtypes' once loaded.
 _NUMPY: dict[DType, np.dtype[Any]] = {
-    d: np.dtype(facts.numpy_type).newbyteorder("<") for d, facts in _FACTS.items()
+    d: np.dtype(getattr(np, facts.numpy_name)).newbyteorder("<")
+    for d, facts in _FACTS.items()
+    if not facts.ml_dtypes
 }
 _FLOATS = frozenset(d for d, facts in _FACTS.items() if facts.kind == "float")
 _INTEGERS = frozenset(d for d, facts in _FACTS.items() if facts.kind == "int")
@@ -208,10 +238,62 @@ _SIGNED = frozenset(d for d, facts in _FACTS.items() if facts.signed)
 _STORAGE_ONLY = frozenset(d for d, facts in _FACTS.items() if facts.storage_only)
 
 _BY_NAME: dict[str, DType] = {d.name: d for d in DType} | {
-    n.name.upper(): d for d, n in _NUMPY.items()
+    facts.numpy_name.upper(): d for d, facts in _FACTS.items()
 }
 _BY_NUMPY = {np_dtype: d for d, np_dtype in _NUMPY.items()}
+_ML_NAMES = frozenset(_FACTS[d].numpy_name for d in FROM_ML_DTYPES)
 _NAMES = ", ".join(d.name for d in DType)
+
+
+@functools.cache
+def ml_dtypes_module() -> ModuleType:
+    """The ``ml_dtypes`` module, imported on first use.
+
+    It takes about a second to load, which a command that reads only NumPy's own dtypes
+    (an F32 checkpoint's hash) would otherwise pay for nothing; this is the one place
+    strided imports it.
+    """
+    import ml_dtypes
+
+    return ml_dtypes
+
+
+def _ml_numpy(dtype: DType) -> np.dtype[Any]:
+    """The NumPy dtype of a type ml_dtypes defines, imported and remembered on first use."""
+    facts = _FACTS[dtype]
+    found: np.dtype[Any] = np.dtype(getattr(ml_dtypes_module(), facts.numpy_name))
+    found = found.newbyteorder("<")
+    _NUMPY[dtype] = found
+    return found
+
+
+@functools.cache
+def _by_numpy_all() -> dict[np.dtype[Any], DType]:
+    """Every DType by its NumPy dtype, ml_dtypes' included (this imports ml_dtypes)."""
+    return {d.numpy: d for d in DType}
+
+
+def _ml_dtypes_name(dtype: object) -> np.dtype[Any]:
+    """``np.dtype(dtype)`` for the name of an ml_dtypes type such as ``"bfloat16"``.
+
+    NumPy knows those names only once ml_dtypes is imported. DTypeError for anything
+    else that NumPy refused.
+    """
+    if isinstance(dtype, str) and dtype in _ML_NAMES:
+        ml_dtypes_module()
+        return np.dtype(dtype)
+    raise DTypeError(f"not a NumPy dtype: {describe(dtype)}")
+
+
+def finfo(dtype: DType) -> Any:
+    """The machine limits of a float dtype: NumPy's ``finfo``, or ml_dtypes' for its types.
+
+    Only the latter imports ml_dtypes. ValueError for a dtype that is not a float.
+    """
+    if dtype in FROM_ML_DTYPES:
+        info: Any = ml_dtypes_module().finfo  # untyped
+        return info(dtype.numpy)
+    return np.finfo(dtype.numpy)
 
 
 def finite_range(dtype: DType) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ from .errors import DataError, LimitError, ShapeError
 
 __all__ = [
     "MAX_ELEMENTS",
+    "MAX_EXPANSION",
     "MAX_INSPECTION_SAMPLES",
     "MAX_RANK",
     "check_dims",
@@ -113,6 +114,14 @@ def describe(value: object) -> str:
 BUDGET_BASE = 64 << 20
 BUDGET_FACTOR = 16
 
+
+# -- what a job may do with a view whose elements repeat -------------------------------
+
+# A checkpoint job (hash, verify, diff, convert, inspect --full) refuses a tensor whose
+# logical bytes exceed its stored bytes more than this many times (an ``expand`` view:
+# a 1.5 KB file can describe 32 GiB), unless allowed explicitly: its work costs the
+# logical size while the file holds only the stored bytes.
+MAX_EXPANSION = 2**20
 
 # -- caps on what a reader accepts ---------------------------------------------------
 # Every cap on hostile input lives here; the module that applies it imports it by name

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, NoReturn
 
-import ml_dtypes
 import numpy as np
 
-from .dtype import DType, bind_scalar, finite_range
+from .dtype import DType, bind_scalar, finite_range, ml_dtypes_module
 from .errors import DTypeError, FormatError, LimitError, RangeError
 from .floats import MAX_DIGITS, parse_float, round_exact, shortest_text
 from .scalar_format import format_scalar
@@ -27,17 +27,19 @@ _INT_RANGE = {dtype: finite_range(dtype) for dtype in DType if dtype.is_integer}
 }
 _BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
 
-# ml_dtypes scalars are NumPy scalars but not np.floating / np.integer subclasses.
-_ML_FLOATS = tuple(
-    t
-    for name, t in vars(ml_dtypes).items()
-    if name.startswith(("float", "bfloat")) and isinstance(t, type)
-)
-_ML_INTS = tuple(
-    t
-    for name, t in vars(ml_dtypes).items()
-    if name.startswith(("int", "uint")) and isinstance(t, type)
-)
+
+@functools.cache
+def _ml_scalar_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """ml_dtypes' integer and float scalar types (asked for only once one is met).
+
+    ml_dtypes scalars are NumPy scalars but not np.floating / np.integer subclasses.
+    """
+    found = vars(ml_dtypes_module()).items()
+    ints = tuple(t for name, t in found if name.startswith(("int", "uint")) and isinstance(t, type))
+    floats = tuple(
+        t for name, t in found if name.startswith(("float", "bfloat")) and isinstance(t, type)
+    )
+    return ints, floats
 
 
 def parse_value(dtype: DType, text: object) -> PyValue:
@@ -101,9 +103,13 @@ def _exact_number(value: object) -> int | float | Fraction:
         kind = value.dtype.kind
         if kind == "b":
             return int(bool(value))
-        if kind in "iu" or isinstance(value, _ML_INTS):
+        # NumPy's own kinds need no look-up; only a scalar of another kind (ml_dtypes'
+        # are mostly "V") can be one of ml_dtypes'. Looking those up imports ml_dtypes,
+        # which a caller holding such a scalar has done already.
+        ml_ints, ml_floats = ((), ()) if kind in "iuf" else _ml_scalar_types()
+        if kind in "iu" or isinstance(value, ml_ints):
             return int(value)
-        if kind == "f" or isinstance(value, _ML_FLOATS):
+        if kind == "f" or isinstance(value, ml_floats):
             if value.dtype.itemsize > 8 and np.isfinite(value) and value != 0:
                 return Fraction(*value.as_integer_ratio())  # type: ignore[attr-defined]
             return float(value)

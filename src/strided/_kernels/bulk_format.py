@@ -29,10 +29,9 @@ import mmap
 from fractions import Fraction
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .._core.dtype import DType
+from .._core.dtype import DType, finfo
 from .._core.floats import render, shortest_text
 
 
@@ -304,7 +303,7 @@ def _format_small(flat: np.ndarray, dtype: DType) -> str:
 
 def _small_format(dtype: DType) -> tuple[int, int]:
     """(significand bits including the implicit one, exponent of the smallest normal)."""
-    info: Any = ml_dtypes.finfo(dtype.numpy)  # type: ignore[no-untyped-call]
+    info = finfo(dtype)
     return int(info.nmant) + 1, int(info.minexp)
 
 

@@ -23,7 +23,6 @@ from .._core.errors import DivisionError, RangeError
 
 __all__ = [
     "CHUNK",
-    "EXACT_TERMS",
     "checked_binary",
     "checked_unary",
     "first_index",
@@ -31,20 +30,16 @@ __all__ = [
     "int_power",
     "int_range",
     "int_remainder",
-    "int_total",
     "mul_overflow",
 ]
 
 CHUNK = 1 << 16
-EXACT_TERMS = 1 << 31  # a 64-bit accumulator of 32-bit values is exact this far
 
 _max = np.maximum.reduce
 _min = np.minimum.reduce
 _U64 = np.dtype(np.uint64)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
-_LOW32 = 0xFFFFFFFF
-_add_reduce = np.add.reduce
 
 _RANGES = {dtype: finite_range(dtype) for dtype in DType if dtype.is_integer}
 
@@ -407,29 +402,3 @@ def _raise_power(
         f"pow: {dtype.name} overflow at index {_index_text(index)}: "
         f"{shown} ** {right}{exact} does not fit {_range_text(dtype)}"
     )
-
-
-def int_total(flat: np.ndarray, dtype: DType) -> int:
-    """The exact sum of a flat C-contiguous integer array, as a Python int.
-
-    Narrow integers accumulate in a 64-bit type (exact for up to 2**31 terms); 64-bit
-    integers are summed a block at a time, directly when the block's bound rules out
-    wrapping, else as 32-bit high and low halves.
-    """
-    if dtype.itemsize <= 4:
-        wide = np.int64 if dtype.is_signed else np.uint64
-        return sum(
-            int(_add_reduce(flat[i : i + EXACT_TERMS], dtype=wide))
-            for i in range(0, flat.size, EXACT_TERMS)
-        )
-    total = 0
-    limit = 2**63 if dtype.is_signed else 2**64
-    for start in range(0, flat.size, CHUNK):
-        block = flat[start : start + CHUNK]
-        high, low = int(block.max()), int(block.min())
-        if max(high, -low) * block.size < limit:
-            total += int(_add_reduce(block))  # no partial sum can wrap
-        else:
-            # Halves: |high half| < 2**31 and low half < 2**32, so neither sum can wrap.
-            total += (int(_add_reduce(block >> 32)) << 32) + int(_add_reduce(block & _LOW32))
-    return total

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .._core.dtype import DType
+from .._core.dtype import DType, finfo
 from .._core.scalar import Scalar
 from .convert import cast, round_to_float
+from .summation import two_product, two_sum
 
 __all__ = ["Tally", "Tolerance", "compare", "precision"]
 
@@ -32,8 +32,7 @@ __all__ = ["Tally", "Tolerance", "compare", "precision"]
 @functools.cache
 def precision(dtype: DType) -> int:
     """Significand bits of a float dtype, the implicit bit included (F32: 24)."""
-    info: Any = ml_dtypes.finfo  # untyped; it knows NumPy's floats and ml_dtypes' alike
-    return int(info(dtype.numpy).nmant) + 1
+    return int(finfo(dtype).nmant) + 1
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -41,7 +40,6 @@ _MARGIN = 2.0**-50  # eight units of roundoff: covers the filter's own rounding
 _TINY = 2.0**-1069  # covers underflow in the filter
 _SAFE_HIGH = 2.0**995  # Dekker's split and TwoSum cannot overflow below this
 _SAFE_PRODUCT = 2.0**-900  # a product this large has an exactly representable error
-_SPLIT = 134217729.0  # 2**27 + 1
 _EXACT_INT = 2**53
 
 
@@ -252,9 +250,9 @@ def _within_exact(
     index = np.flatnonzero(safe)
     if index.size:
         x, y = a[index], b[index]
-        high, low = _two_sum(x, -y)
+        high, low = two_sum(x, -y)
         sign = np.where(high < 0, -1.0, 1.0)
-        p_high, p_low = _two_product(np.full(x.shape, rtol), np.abs(y))
+        p_high, p_low = two_product(np.full(x.shape, rtol), np.abs(y))
         terms = [sign * high, sign * low, np.full(x.shape, -atol), -p_high, -p_low]
         result[index] = _expansion_sign(terms) <= 0
     exact_atol, exact_rtol = Fraction(atol), Fraction(rtol)
@@ -262,26 +260,6 @@ def _within_exact(
         left, right = Fraction(float(a[i])), Fraction(float(b[i]))
         result[i] = abs(left - right) <= exact_atol + exact_rtol * abs(right)
     return result
-
-
-def _two_sum(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-    total = a + b
-    part = total - a
-    return total, (a - (total - part)) + (b - part)
-
-
-def _split(a: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-    scaled = _SPLIT * a
-    high = scaled - (scaled - a)
-    return high, a - high
-
-
-def _two_product(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-    product = a * b
-    a_high, a_low = _split(a)
-    b_high, b_low = _split(b)
-    error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
-    return product, error
 
 
 def _expansion_sign(terms: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
@@ -295,7 +273,7 @@ def _expansion_sign(terms: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         carry = term
         grown = []
         for component in expansion:
-            carry, error = _two_sum(carry, component)
+            carry, error = two_sum(carry, component)
             grown.append(error)
         grown.append(carry)
         expansion = grown

@@ -8,13 +8,13 @@ row's mean is settled in one of three ways:
 * F16/BF16/F32 rows: summed in F64 with a proven error bound; the mean is accepted when
   its whole error interval rounds to one value or two neighbours of the dtype (so it is
   within one ulp of the exact mean);
-* F64 rows: one extraction pass (see ``fsum``) turns each row into an exact float sum
+* F64 rows: one extraction pass (see ``_summation``) turns each row into an exact float sum
   plus remainders whose sum has a proven error bound; the quotient by the count is
   computed with an exact remainder (Dekker's product) and accepted only when the whole
   error interval lies inside one rounding cell of the candidate;
 * everything else (huge, tiny or cancelling F64 rows, very long ones, the rare
-  uncertified narrow row): the exact sum as an integer in units of the dtype's smallest
-  subnormal (``exact_stats``), divided as a ``Fraction`` and rounded once.
+  uncertified narrow row): the exact partial sum (``_summation``), divided by the count
+  and rounded once.
 
 No sum overflows on the way: the mean of ``[F16 max, F16 max]`` is F16 max. A row with
 a NaN, or infinities of both signs, has mean NaN; one infinity sign gives that infinity;
@@ -24,25 +24,28 @@ an empty row gives NaN (without NumPy's warning).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
 from .._core.dtype import DType
-from .._core.floats import round_exact
-from .checked import int_total
-from .convert import cast, round_to_float
-from .exact_stats import _FORMATS, totals
-from .fsum import _gamma, _ordinals
+from .convert import cast
+from .summation import (
+    U,
+    certify_narrow,
+    exact_partial,
+    gamma,
+    int_total,
+    nonfinite,
+    two_product,
+    two_sum,
+)
 
 __all__ = ["mean_of"]
 
-_U = 2.0**-53
 _EXACT_F64 = 2**53  # integers up to this size are exact float64 values
 _EXACT_TERMS = 1 << 31  # a 64-bit accumulator of values below 2**32 is exact this far
 _F64_ROW = 1 << 20  # longer F64 rows take the exact (streaming) path
 _F64_BLOCK = 1 << 17  # elements per block of F64 rows in the fast path
-_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter
 _SAFE_LOW = 2.0**-900  # below this, products' error terms could underflow
 _SAFE_BITS = 990  # sigma up to 2**990: no product or split can overflow
 
@@ -112,7 +115,7 @@ def _float_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     means = np.zeros(count)
     finite = np.isfinite(high) & np.isfinite(low)
     if not finite.all():
-        means[~finite] = _nonfinite(high[~finite], low[~finite])
+        means[~finite] = nonfinite(high[~finite], low[~finite])
     todo = np.flatnonzero(finite)
     if todo.size and dtype is DType.F64 and length <= _F64_ROW:
         todo = _f64_means(rows, todo, np.maximum(high[todo], -low[todo]), means)
@@ -128,12 +131,6 @@ def _float_means(rows: np.ndarray, dtype: DType) -> np.ndarray:
     return means
 
 
-def _nonfinite(high: np.ndarray, low: np.ndarray) -> np.ndarray:
-    """Means of rows holding NaN or infinities (max NaN iff any NaN, as in NumPy)."""
-    nan = np.isnan(high) | np.isnan(low) | ((high == math.inf) & (low == -math.inf))
-    return np.where(nan, math.nan, np.where(high == math.inf, math.inf, -math.inf))
-
-
 def _certified(
     sums: np.ndarray, length: int, dtype: DType, magnitude: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -143,17 +140,13 @@ def _certified(
     (2u of the result covers it and the bound's own rounding, doubled for safety).
     """
     approx = sums / length + 0.0  # +0.0: an exact zero is +0.0
-    error = (_gamma(length) * magnitude + 2 * _U * np.abs(approx)) * 2.0
-    low = _ordinals(round_to_float(approx - error, dtype), dtype)
-    high = _ordinals(round_to_float(approx + error, dtype), dtype)
-    return cast(round_to_float(approx, dtype), np.float64), low + 1 >= high
+    error = (gamma(length) * magnitude + 2 * U * np.abs(approx)) * 2.0
+    return certify_narrow(approx, error, dtype)
 
 
 def _exact_mean(row: np.ndarray, dtype: DType) -> float:
     """The mean of a finite float row: its exact sum over its length, rounded once."""
-    found = totals([row], dtype)
-    units = _FORMATS[dtype].unit_bits
-    return round_exact(dtype, Fraction(found.total, row.size << units))
+    return exact_partial(row, dtype).rounded(dtype, row.size)
 
 
 # -- F64: one extraction pass and a certified quotient ------------------------------------
@@ -193,10 +186,8 @@ def _f64_block(
     np.subtract(block, q, out=r)  # exact
     total = np.add.reduce(q, axis=1)
     rest = np.add.reduce(r, axis=1)
-    delta = _gamma(length) * np.add.reduce(np.abs(r, out=r), axis=1) * 2.0
-    hi = total + rest  # TwoSum: hi + lo == total + rest exactly
-    back = hi - total
-    lo = (total - (hi - back)) + (rest - back)
+    delta = gamma(length) * np.add.reduce(np.abs(r, out=r), axis=1) * 2.0
+    hi, lo = two_sum(total, rest)  # hi + lo == total + rest exactly
     count = float(length)
     first = hi / count
     found, ok = first, _cell_holds(first, hi, lo, delta, count)
@@ -210,14 +201,7 @@ def _f64_block(
 
 def _remainder(c: np.ndarray, hi: np.ndarray, lo: np.ndarray, count: float) -> np.ndarray:
     """``hi + lo - c * count`` (rounded at most twice; exact products by Dekker's split)."""
-    product = c * count
-    t = c * _SPLIT
-    c_hi = t - (t - c)
-    c_lo = c - c_hi
-    u = count * _SPLIT
-    n_hi = u - (u - count)
-    n_lo = count - n_hi
-    error = ((c_hi * n_hi - product) + c_hi * n_lo + c_lo * n_hi) + c_lo * n_lo
+    product, error = two_product(c, count)
     return ((hi - product) - error) + lo  # type: ignore[no-any-return]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.dtype import DType
+from .._core.dtype import FROM_ML_DTYPES, DType
 from .._core.errors import DataError, DTypeError, FormatError, LimitError, ShapeError
 from .._core.limits import check_dims
 from .._core.scalar import Scalar
@@ -254,14 +254,11 @@ def _ints_to_int(dtype: DType, rows: list[Any]) -> np.ndarray | None:
 
 def python_values(array: np.ndarray, dtype: DType) -> Any:
     """``array.tolist()`` with exact Python values (BF16/FP8 go through F32, exactly)."""
-    if dtype in _ML_DTYPES:
+    # ml_dtypes' "V" types give their own scalars from tolist(), not Python floats.
+    if dtype in FROM_ML_DTYPES and dtype.numpy.kind == "V":
         with np.errstate(invalid="ignore"):  # ml_dtypes flags NaN payloads as "invalid"
             return array.astype(np.float32).tolist()
     return array.tolist()
-
-
-# The ml_dtypes types, whose tolist() gives their own scalars rather than Python floats.
-_ML_DTYPES = frozenset(dtype for dtype in DType if dtype.numpy.kind == "V")
 
 
 def leaf_types(rows: list[Any]) -> frozenset[type] | None:

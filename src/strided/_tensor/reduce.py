@@ -1,9 +1,9 @@
 """Tensor methods for sum and matmul.
 
-Integer sums are exact: narrow integers accumulate in a 64-bit type (exact for up to
-2**31 terms); 64-bit integers are summed block by block, either directly when the block's
-bound rules out wrapping or as 32-bit high and low halves, with Python ints carrying the
-(few) block totals. Float sums live in ``_kernels.fsum``, products in ``_kernels.matmul``.
+Integer sums are exact: axis sums accumulate in a 64-bit type (exact for up to 2**31
+terms), 64-bit integers as 32-bit high and low halves; full sums and very long rows are
+``_summation.int_total``'s Python ints. Float sums live in ``_summation``, products in
+``_matmul``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from .._core.indexing import normalize_axis
 from .._core.limits import check_dims
 from .._core.scalar import Scalar
 from .._core.shape import Shape
-from .._kernels.checked import EXACT_TERMS, first_index, int_range, int_total
+from .._kernels.checked import first_index, int_range
 from .._kernels.convert import cast, widen
-from .._kernels.fsum import float_row_sums, float_sum
 from .._kernels.matmul import MatmulOverflow, matmul_arrays
+from .._kernels.summation import EXACT_TERMS, float_row_sums, float_sum, int_total
 from .arith import ArithMethods, check_arithmetic
 from .base import TensorInternals
 

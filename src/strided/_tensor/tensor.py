@@ -24,7 +24,7 @@ from typing import Any, NoReturn, SupportsIndex
 import numpy as np
 
 from .._core import indexing as _indexing
-from .._core.dtype import DType, as_dtype
+from .._core.dtype import FROM_ML_DTYPES, DType, as_dtype
 from .._core.errors import DTypeError, IndexingError, ShapeError
 from .._core.indexing import normalize_axis
 from .._core.limits import check_dims
@@ -118,7 +118,10 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
 
     @property
     def _dtype(self) -> DType:
-        return _DTYPE_OF[self._array.dtype]
+        try:
+            return _DTYPE_OF[self._array.dtype]
+        except KeyError:
+            return _ml_dtype_of(self._array.dtype)
 
     @classmethod
     def _adopt(cls, array: np.ndarray, dtype: DType) -> Tensor:
@@ -456,7 +459,16 @@ class Tensor(  # type: ignore[misc]  # InteropMethods' __array_ufunc__ replaces 
 
 _new = object.__new__
 _set_array = Tensor.__dict__["_array"].__set__  # the slot descriptor: no __setattr__ detour
-_DTYPE_OF = {dtype.numpy: dtype for dtype in DType}
+# NumPy's own dtypes from the start; ml_dtypes' join when a tensor of one is first met
+# (its array exists, so ml_dtypes is loaded by then, and asking costs nothing).
+_DTYPE_OF = {dtype.numpy: dtype for dtype in DType if dtype not in FROM_ML_DTYPES}
+
+
+def _ml_dtype_of(np_dtype: np.dtype[Any]) -> DType:
+    _DTYPE_OF.update({dtype.numpy: dtype for dtype in FROM_ML_DTYPES})
+    return _DTYPE_OF[np_dtype]
+
+
 _PLAIN_INDEX = frozenset({int, slice, type(None)})
 _ndarray = np.ndarray
 

@@ -6,10 +6,11 @@ match, 1 when they differ and 2 on trouble. Everything printed that comes from a
 (names, metadata, messages) is escaped, so a file cannot drive the terminal.
 
 Start-up time: this module imports only the standard library and strided's light
-modules. NumPy, ml_dtypes (about a second to load on its own), the readers and the job
-engine are imported inside the function of the command that runs, so ``--help``,
-``--version`` and usage errors answer at once. That is the reason for every import
-inside a function in this module.
+modules. NumPy, the readers and the job engine are imported inside the function of the
+command that runs, so ``--help``, ``--version`` and usage errors answer at once. That
+is the reason for every import inside a function in this module. ml_dtypes (about a
+second to load on its own) comes only when a BF16 or 8-bit float NumPy type is needed
+(see ``strided._dtype``), so a command on NumPy's own dtypes never loads it.
 """
 
 from __future__ import annotations
@@ -232,6 +233,7 @@ def _add_inspect(commands: _Commands) -> None:
         help="print metadata arrays whole (default: length and first items)",
     )
     _add_jobs(inspect)
+    _add_expanded(inspect, "with --full: ")
     inspect.set_defaults(run=_run_inspect)
 
 
@@ -250,6 +252,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
         "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
     )
     _add_jobs(verify, scheduler=True)
+    _add_expanded(verify)
     verify.set_defaults(run=_run_verify)
 
     hashing = _command(
@@ -264,6 +267,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     hashing.add_argument("path", metavar="PATH", help=_PATH)
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(hashing, scheduler=True)
+    _add_expanded(hashing)
     hashing.set_defaults(run=_run_hash)
 
 
@@ -291,6 +295,7 @@ def _add_diff(commands: _Commands) -> None:
     )
     diff.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(diff, scheduler=True)
+    _add_expanded(diff)
     diff.set_defaults(run=_run_diff)
 
 
@@ -329,6 +334,7 @@ def _add_convert(commands: _Commands) -> None:
         help="replace an existing DST (a file by a file, a shard folder by a shard folder)",
     )
     _add_jobs(convert)
+    _add_expanded(convert)
     convert.set_defaults(run=_run_convert)
 
 
@@ -405,6 +411,15 @@ def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None
             help="run on a Dask cluster: tcp://host:8786, or local:N for N local workers "
             "(needs strided[dask]; workers open the files by path)",
         )
+
+
+def _add_expanded(command: argparse.ArgumentParser, when: str = "") -> None:
+    command.add_argument(
+        "--allow-expanded",
+        action="store_true",
+        help=f"{when}process tensors whose logical size is more than 2^20 x their stored bytes "
+        "(a PyTorch expand view): the work then costs their logical size",
+    )
 
 
 def _jobs(text: str) -> int:

@@ -10,7 +10,7 @@ from .._core.errors import DataError
 from .._tensor.tensor import Tensor
 from ..io._shards import TargetExists, write_file
 from ..io.npy import npy_writer
-from ..jobs._checkpoint import Checkpoint, open_checkpoint
+from ..jobs._checkpoint import Checkpoint, admit, open_checkpoint
 from ..jobs._export import plan, text_metadata, write_safetensors
 from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
@@ -28,7 +28,9 @@ def run_convert(args: argparse.Namespace) -> int:
     written under a temporary name and renamed: nothing is left behind on failure, or
     when the process is killed. DST must not exist (an empty folder counts as absent)
     unless ``--overwrite``, which replaces a file by a file and a shard folder by a
-    shard folder, once the new one is complete.
+    shard folder, once the new one is complete. An expanded view (logical size more
+    than 2^20 x its stored bytes) is refused before anything is read unless
+    ``--allow-expanded``; allowed, its logical values are written.
     """
     if args.max_shard_size is not None:
         if args.dst.lower().endswith((".npy", ".json")):
@@ -57,7 +59,7 @@ def _write_safetensors(
     args: argparse.Namespace, checkpoint: Checkpoint, names: list[str]
 ) -> list[str]:
     try:
-        items = plan(checkpoint, names, args.dtype)
+        items = plan(checkpoint, names, args.dtype, args.allow_expanded)
         metadata = text_metadata(checkpoint)
     except DataError as error:
         raise CommandFailure(with_path(args.path, error)) from None
@@ -112,6 +114,7 @@ def _write_one(
 
     def write(handle: IO[bytes]) -> None:
         try:
+            admit(checkpoint, [name], args.allow_expanded)
             tensor: Tensor = checkpoint[name]
             if args.dtype is not None and tensor.dtype.is_float:
                 tensor = tensor.convert(args.dtype)

@@ -8,7 +8,9 @@ skips them and the verdict says so. ``--json`` prints ``{"tensors": {name: {"sta
 
 Exit 0 when every tensor matches (``identical`` or ``equal``), the names agree and (unless
 ignored) every metadata key is equal, 1 when anything compared differs, 2 on bad usage
-or unreadable input (the ``diff``/``cmp`` convention).
+or unreadable input (the ``diff``/``cmp`` convention). A tensor to compare that is an
+expanded view on either side (logical size more than 2^20 x its stored bytes) is such
+trouble unless ``--allow-expanded``, and is refused before any value is read.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from .._core.errors import DataError
 from .._kernels.compare import Tally, Tolerance
 from .._kernels.digest import sort_key
 from ..jobs import _diff
-from ..jobs._checkpoint import open_checkpoint
+from ..jobs._checkpoint import admit, open_checkpoint
 from ..jobs._engine import runner
 from ..jobs._pool import JobError, plan, sharing, where
 from ._progress import Progress
-from ._text import index_text, job_error, safe, with_path
+from ._text import index_text, job_error, one_line, safe, with_path
 from ._verify import CommandFailure, count_of
 
 if TYPE_CHECKING:
@@ -98,11 +100,12 @@ def _entries(
         if status_found is not None:
             entries[name] = _diff.result(status_found, info_a, info_b, None)
             continue
+        _admitted(a, b, name, args.allow_expanded)
         entries[name] = {}
         if kind_a.startswith("raw:"):
             raw.add(name)
         units = info_a.byte_len if name in raw else info_a.shape.numel
-        compared.append((name, units, info_a.byte_len + info_b.byte_len))
+        compared.append((name, units, info_a.logical_len + info_b.logical_len))
     tasks = plan(compared, split=True)
     path_a, path_b = where(args.path), where(args.other)
     shares = {name: (units, size) for name, units, size in compared}
@@ -125,6 +128,16 @@ def _entries(
     for name, _, _ in compared:
         entries[name] = _diff.result(None, a.info(name), b.info(name), tallies[name], name in raw)
     return entries
+
+
+def _admitted(a: Checkpoint, b: Checkpoint, name: str, allow_expanded: bool) -> None:
+    """Tensor ``name`` may be compared: an expanded view on either side is refused
+    (``_jobs.admit``), as trouble with the input (exit 2), naming its file and tensor."""
+    try:
+        admit(a, [name], allow_expanded)
+        admit(b, [name], allow_expanded)
+    except DataError as error:
+        raise CommandFailure(one_line(error)) from None
 
 
 def _json_safe(value: Any) -> Any:

@@ -7,7 +7,7 @@ import json
 
 from .._kernels.digest import combine, sort_key
 from ..jobs import _digest
-from ..jobs._checkpoint import open_checkpoint
+from ..jobs._checkpoint import admit, open_checkpoint
 from ..jobs._engine import runner
 from ..jobs._pool import plan, sharing, where
 from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line
@@ -20,16 +20,19 @@ def run_hash(args: argparse.Namespace) -> int:
     """Print ``DIGEST  NAME`` per tensor (names sorted by UTF-8 bytes), then
     ``DIGEST  *metadata*`` (``Checkpoint.metadata_digest``) and ``DIGEST  *checkpoint*``
     (``Checkpoint.digest``); ``--json`` prints ``{"digest", "metadata_digest", "tensors"}``.
+
+    An expanded view (logical size more than 2^20 x its stored bytes) is refused before
+    anything is hashed unless ``--allow-expanded`` (``_jobs.admit``).
     """
     with open_checkpoint(args.path) as checkpoint:
         metadata = checkpoint.metadata_digest()
         names = sorted(checkpoint, key=sort_key)
-        infos = {name: checkpoint.info(name) for name in names}
+        infos = admit(checkpoint, names, args.allow_expanded)
         tasks = plan(
-            [(name, infos[name].shape.numel, infos[name].byte_len) for name in names], False
+            [(name, infos[name].shape.numel, infos[name].logical_len) for name in names], False
         )
         path = where(args.path)
-        weights = [sum(infos[part.name].byte_len for part in task) for task in tasks]
+        weights = [sum(infos[part.name].logical_len for part in task) for task in tasks]
         work = [(path, [part.name for part in task]) for task in tasks]
         with (
             sharing((path, checkpoint)),

@@ -10,6 +10,13 @@ summarized unless ``--full-metadata`` is given, as the one kind of object a meta
 value can be: ``{"$summary": "array", "type": "ARRAY[STRING]", "length": 151936,
 "first": [...16 items]}`` (``type`` is the GGUF value type, or ``"list"`` for other
 formats); the ``"$summary"`` key marks it and never appears otherwise.
+
+A row's ``bytes`` (and the ``bytes`` total) is the stored size, ``TensorInfo.byte_len``:
+what the file holds. For a PyTorch ``expand`` view that is the storage its distinct
+elements occupy, not ``numel x itemsize`` (``torch.zeros(1).expand(2**33)`` shows 4 B
+and 8,589,934,592 parameters), so the total is what the checkpoint stores. ``--full``
+reads every logical element and refuses a view more than 2^20 times larger than its
+stored bytes unless ``--allow-expanded``; sampling never expands anything.
 """
 
 from __future__ import annotations
@@ -55,7 +62,10 @@ def run_inspect(args: argparse.Namespace) -> int:
     with open_checkpoint(args.path) as checkpoint:
         names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
         if args.full:
-            found = scan_checkpoint(checkpoint, args.path, names, False, args.jobs, "inspect")
+            found = scan_checkpoint(
+                checkpoint, args.path, names, False, args.jobs, "inspect",
+                allow_expanded=args.allow_expanded,
+            )  # fmt: skip
             if args.group:
                 rows = _group_exact(checkpoint, names, found)
             else:

@@ -10,7 +10,7 @@ from .._core.errors import DataError
 from .._kernels.digest import combine
 from .._kernels.exact_stats import Totals, summary
 from ..jobs import _scan
-from ..jobs._checkpoint import Checkpoint, has_dtype, open_checkpoint
+from ..jobs._checkpoint import Checkpoint, admit, has_dtype, open_checkpoint
 from ..jobs._engine import runner
 from ..jobs._pool import plan, sharing, where
 from ._manifest import read_manifest
@@ -51,20 +51,23 @@ def scan_checkpoint(
     jobs: int,
     label: str,
     scheduler: str | None = None,
+    allow_expanded: bool = False,
 ) -> dict[str, tuple[str | None, Totals | None]]:
     """Every named tensor read once: ``name -> (digest or None, exact Totals or None)``.
 
     Large tensors are cut into chunks (unless digests are asked for: a digest is one
     stream) and spread over ``jobs`` worker processes, or the workers of the Dask
     ``scheduler``; the result is the same for any number of workers. Totals are None
-    for tensors whose values strided cannot decode.
+    for tensors whose values strided cannot decode. An expanded view is a LimitError
+    before anything is read unless ``allow_expanded`` (``_jobs.admit``).
     """
-    infos = {name: checkpoint.info(name) for name in names}
+    infos = admit(checkpoint, names, allow_expanded)
     numel = {name: infos[name].shape.numel if checkpoint.readable(name) else 1 for name in names}
-    tasks = plan([(name, numel[name], infos[name].byte_len) for name in names], not digests)
+    work_bytes = {name: infos[name].logical_len for name in names}
+    tasks = plan([(name, numel[name], work_bytes[name]) for name in names], not digests)
     target = where(path)
     weights = [
-        sum(infos[p.name].byte_len * (p.stop - p.start) // max(numel[p.name], 1) for p in task)
+        sum(work_bytes[p.name] * (p.stop - p.start) // max(numel[p.name], 1) for p in task)
         for task in tasks
     ]
     work = [(target, task, digests) for task in tasks]
@@ -136,8 +139,9 @@ def run_verify(args: argparse.Namespace) -> int:
     with open_checkpoint(args.path) as checkpoint:
         names = list(checkpoint)
         found = scan_checkpoint(
-            checkpoint, args.path, names, manifest is not None, args.jobs, "verify", args.scheduler
-        )
+            checkpoint, args.path, names, manifest is not None, args.jobs, "verify",
+            args.scheduler, args.allow_expanded,
+        )  # fmt: skip
         rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
         total = sum(checkpoint.info(name).byte_len for name in names)
         metadata = checkpoint.metadata_digest() if manifest is not None else None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -156,7 +155,9 @@ def _c_library() -> Any:
     if os.name != "posix":
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The process's own symbols, the C library's among them: finding the library by
+        # name (ctypes.util.find_library) would run ldconfig at every start-up.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = (
             ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,

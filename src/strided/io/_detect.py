@@ -31,7 +31,7 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .._core.errors import FormatError
+from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_SAFETENSORS_HEADER_BYTES
 
 __all__ = [
@@ -122,9 +122,29 @@ def detect(head: bytes, size: int, where: str) -> Format:
     """
     found = matching(head[:HEAD_BYTES], size)
     if found is None:
+        _refuse_safetensors_framing(head, size, where)
+        _refuse_safetensors_framing(head, size, where)
         tried = ", ".join(entry.name for entry in FORMATS)
         raise FormatError(
             f"{where}: not a checkpoint strided recognizes (first bytes {head[:8]!r}; "
             f"tried {tried})"
         )
     return found
+
+
+def _refuse_safetensors_framing(head: bytes, size: int, where: str) -> None:
+    """Name the problem of a file framed as safetensors (byte 8 is ``{``) that fails the
+    framing check: a header length past the cap (LimitError) or past the end of the file.
+    """
+    if len(head) < 9 or head[8:9] != b"{":
+        return
+    (length,) = struct.unpack_from("<Q", head)
+    if length > MAX_SAFETENSORS_HEADER_BYTES:
+        raise LimitError(
+            f"{where}: safetensors header length {length} exceeds the cap of "
+            f"{MAX_SAFETENSORS_HEADER_BYTES} bytes"
+        )
+    if 8 + length > size:
+        raise FormatError(
+            f"{where}: safetensors header length {length} runs past the end of the {size}-byte file"
+        )

@@ -88,17 +88,16 @@ REFERENCE_ORDER = {
     )
 }
 
-_NUMPY = {name: dtype.numpy for name, (dtype, _) in DTYPE_BITS.items() if dtype is not None}
 _FIELDS = frozenset({"dtype", "shape", "data_offsets"})
 
 
 class Entry:
     """One validated tensor entry; ``begin``/``end`` are absolute byte offsets in the file.
 
-    ``numpy`` is the DType's NumPy dtype (None when strided has no DType for it).
+    ``dtype`` is the strided DType (None when strided has no DType for ``dtype_name``).
     """
 
-    __slots__ = ("begin", "dims", "dtype", "dtype_name", "end", "name", "numpy")
+    __slots__ = ("begin", "dims", "dtype", "dtype_name", "end", "name")
 
     def __init__(
         self, name: str, dtype_name: str, dims: tuple[int, ...], begin: int, end: int
@@ -106,7 +105,6 @@ class Entry:
         self.name = name
         self.dtype_name = dtype_name
         self.dtype = DTYPE_BITS[dtype_name][0]
-        self.numpy = _NUMPY.get(dtype_name)
         self.dims = dims
         self.begin = begin
         self.end = end

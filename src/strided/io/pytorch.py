@@ -41,6 +41,7 @@ dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,6 +327,21 @@ def _last_element(ref: TensorRef) -> int:
     return ref.offset + sum((dim - 1) * step for dim, step in pairs)
 
 
+def _stored_elements(ref: TensorRef) -> int:
+    """How many storage elements the view's distinct elements can be (Python ints).
+
+    numel when the elements do not repeat; otherwise bounded by the elements between the
+    first and the last and by the product of the dims whose stride is not zero.
+    """
+    if 0 in ref.dims:
+        return 0
+    numel = math.prod(ref.dims)
+    if not _may_overlap(ref.dims, ref.strides):
+        return numel
+    moving = math.prod(dim for dim, step in zip(ref.dims, ref.strides, strict=True) if step)
+    return min(moving, _last_element(ref) - ref.offset + 1)
+
+
 def _may_overlap(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """True unless each axis steps past everything the smaller-stride axes cover."""
     reach = 0
@@ -457,6 +473,17 @@ class PyTorchFile(TensorNames):
         """``(dtype_name, shape)`` of a tensor, from the pickle alone."""
         ref = self._lookup(name)[1]
         return ref.dtype.name, Shape._trusted(ref.dims)
+
+    def stored_byte_len(self, name: str) -> int:
+        """The bytes of storage tensor ``name``'s distinct elements occupy, from the pickle.
+
+        ``numel x itemsize`` for a view whose elements do not repeat; for one whose
+        elements repeat (a zero stride from ``expand``, an overlapping ``as_strided``)
+        at most the elements between its first and last and at most the product of its
+        dims whose stride is not zero: a ``torch.zeros(1).expand(2**33)`` stores 4 bytes.
+        """
+        ref = self._lookup(name)[1]
+        return _stored_elements(ref) * ref.dtype.itemsize
 
     def get(self, name: str) -> Tensor:
         """The tensor ``name``: a read-only view of its storage in the mapped file.

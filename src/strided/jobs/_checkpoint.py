@@ -10,12 +10,13 @@ same read-only ``Mapping[str, Tensor]`` face.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
 from .._core.dtype import DType
-from .._core.errors import DTypeError, FormatError
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.limits import MAX_EXPANSION
 from .._core.memory import guard_function, guard_methods
 from .._core.scalar import Scalar
 from .._core.shape import Shape
@@ -32,7 +33,14 @@ from ..io._safetensors_header import DTYPE_BITS
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
 
-__all__ = ["Checkpoint", "TensorInfo", "digest_of", "has_dtype", "open_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "TensorInfo",
+    "admit",
+    "digest_of",
+    "has_dtype",
+    "open_checkpoint",
+]
 
 FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
 _DTYPES = {dtype.name: dtype for dtype in DType}
@@ -42,13 +50,26 @@ class TensorInfo(NamedTuple):
     """A tensor as its file's header describes it, without reading its data.
 
     ``dtype`` is a ``DType`` name, or the stored type's own name where strided has no
-    DType for it (``"Q4_K"``, ``"F4"``); ``byte_len`` is the stored size in bytes.
+    DType for it (``"Q4_K"``, ``"F4"``). ``byte_len`` is the stored size in bytes: what
+    the file holds of the tensor. That is ``numel x itemsize`` for a plain tensor, the
+    stored blocks of a quantized GGUF tensor, and for a PyTorch view whose elements
+    repeat (``expand``) only the storage its distinct elements occupy, so
+    ``torch.zeros(1).expand(2**33)`` stores 4 bytes. ``logical_len`` is the size of
+    its logical values.
     """
 
     name: str
     dtype: str
     shape: Shape
     byte_len: int
+
+    @property
+    def logical_len(self) -> int:
+        """The bytes of the logical values, ``numel x itemsize``: what a whole-tensor job
+        reads, hashes or writes. Equal to ``byte_len`` except for an expanded PyTorch
+        view (larger); for a stored type strided has no DType for, ``byte_len``."""
+        dtype = _DTYPES.get(self.dtype)
+        return self.byte_len if dtype is None else self.shape.numel * dtype.itemsize
 
 
 class _Reader(Protocol):
@@ -154,7 +175,7 @@ class Checkpoint(Mapping[str, Tensor]):
         tensor = self[name]
         return tensor.inspect() if options is None else tensor.inspect(options)
 
-    def digest(self) -> str:
+    def digest(self, *, allow_expanded: bool = False) -> str:
         """The checkpoint's content digest: 64 lowercase hex digits.
 
         SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n`` for every tensor, names sorted
@@ -162,9 +183,17 @@ class Checkpoint(Mapping[str, Tensor]):
         ``\\n``, ``\\t``), where each tensor's digest is ``Tensor.digest()`` (a tensor
         of a stored type strided cannot decode, such as a quantized GGUF tensor, hashes
         its stored bytes under that type's name). Independent of the file format,
-        shard split, tensor order and metadata. Reads every tensor once.
+        shard split, tensor order and metadata. Reads every tensor once, a bounded
+        piece at a time.
+
+        A tensor whose logical size (``info(name).logical_len``) is more than
+        ``MAX_EXPANSION`` (2**20) times its stored bytes (``byte_len``: a PyTorch
+        ``expand`` view) is a LimitError naming it, raised before any data is read,
+        unless ``allow_expanded=True``: then it is hashed by its logical bytes like any
+        tensor, which costs time in its logical size (memory stays bounded).
         """
-        return combine((name, digest_of(self, name)) for name in self)
+        names = list(admit(self, self, allow_expanded))
+        return combine((name, digest_of(self, name)) for name in names)
 
     def metadata_digest(self) -> str:
         """The metadata's digest: 64 lowercase hex digits, the same in every format.
@@ -323,6 +352,8 @@ def open_checkpoint(
         return _from_safetensors(where, reader)
     if kind == "gguf":
         return _from_gguf(where, reader)
+    if kind == "pytorch":
+        return _from_pytorch(where, reader)
     return _from_reader(where, kind, reader)
 
 
@@ -390,6 +421,15 @@ class _GGUFReader:
         self.handle.close()
 
 
+def _from_pytorch(where: str, reader: Any) -> Checkpoint:
+    """A PyTorch reader: sizes are the storage each view's distinct elements occupy."""
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
+    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
+
+
 def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
     """A reader whose ``info`` gives (DType name, shape) of readable tensors."""
     infos = {}
@@ -417,3 +457,32 @@ def digest_of(
         tensor = checkpoint[name]
         return hash_array(tensor.dtype.name, tensor.shape, tensor.numpy(), report)
     return stored_digest(info.dtype, info.shape, checkpoint._stored(name), report)
+
+
+_EXPANSION_BITS = MAX_EXPANSION.bit_length() - 1  # MAX_EXPANSION is a power of two
+
+
+def admit(
+    checkpoint: Checkpoint, names: Iterable[str], allow_expanded: bool = False
+) -> dict[str, TensorInfo]:
+    """The header facts of the tensors a job is about to read, by name, in order.
+
+    Every job calls this before it reads any tensor data. A tensor whose logical size
+    (``TensorInfo.logical_len``) is more than ``MAX_EXPANSION`` times its stored bytes
+    (``byte_len``: a PyTorch ``expand`` view, whose few stored bytes describe a huge
+    tensor) is a LimitError naming the file and the tensor, unless ``allow_expanded``:
+    the job's time (never its memory) would grow with the logical size. Reads headers
+    only; KeyError for a name not in the checkpoint.
+    """
+    infos = {}
+    for name in names:
+        info = checkpoint.info(name)
+        logical = info.logical_len
+        if not allow_expanded and logical > info.byte_len * MAX_EXPANSION:
+            raise LimitError(
+                f"{checkpoint.path}: tensor {name!r}: logical size {logical} bytes is more "
+                f"than 2^{_EXPANSION_BITS} x its {info.byte_len} stored bytes (an expanded "
+                "view); pass --allow-expanded (allow_expanded=True) to process it"
+            )
+        infos[name] = info
+    return infos

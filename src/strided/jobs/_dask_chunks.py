@@ -20,16 +20,14 @@ import importlib
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from .._core.dtype import DType
 from ..io._http import is_url
 from ._pool import loaded, opened, task_scope
 from ._values import Source
 
 __all__ = ["TensorChunks", "e5m2_dtype"]
-
-_E5M2: np.dtype[Any] = np.dtype(ml_dtypes.float8_e5m2)
 
 
 class TensorChunks:
@@ -97,7 +95,7 @@ class TensorChunks:
 
 def e5m2_dtype() -> np.dtype[Any]:
     """The F8_E5M2 NumPy dtype (what the wire format of such arrays unpickles to)."""
-    return _E5M2
+    return DType.F8_E5M2.numpy
 
 
 class _ViewBack:
@@ -117,7 +115,9 @@ def _register() -> None:
     viewed_back = (1, pickle.dumps(_ViewBack()))
 
     def send(array: np.ndarray[Any, Any], context: Any = None) -> Any:
-        if array.dtype != _E5M2:
+        # The itemsize first: a wider array is never F8_E5M2, and asking for that
+        # dtype would import ml_dtypes in a process that may not need it.
+        if array.dtype.itemsize != 1 or array.dtype != e5m2_dtype():
             return original(array, context=context)
         header, frames = original(array.view(np.uint8), context=context)
         header["dtype"] = viewed_back

@@ -44,12 +44,13 @@ from ..io._shards import (
     shard_groups,
     shard_name,
 )
-from ._checkpoint import has_dtype
+from ._checkpoint import admit, has_dtype
 from ._metadata_text import checkpoint_texts
 from ._pool import JobError, Runner, loaded, opened
 from ._values import Source
 
 if TYPE_CHECKING:
+    from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
 
 __all__ = ["Item", "plan", "text_metadata", "write_safetensors"]
@@ -65,16 +66,24 @@ class Item(NamedTuple):
     target: DType | None
 
 
-def plan(checkpoint: Checkpoint, names: Sequence[str], dtype: DType | None) -> list[Item]:
+def plan(
+    checkpoint: Checkpoint,
+    names: Sequence[str],
+    dtype: DType | None,
+    allow_expanded: bool = False,
+) -> list[Item]:
     """How each named tensor is written; ``dtype`` converts floating tensors only.
 
     A quantized GGUF tensor becomes F32 (or ``dtype``). A tensor of a stored type
     strided cannot decode can only be copied byte for byte into safetensors, and only
-    from safetensors (DTypeError otherwise, naming the tensor).
+    from safetensors (DTypeError otherwise, naming the tensor). An expanded view is a
+    LimitError unless ``allow_expanded`` (``_jobs.admit``); allowed, it is written as
+    its logical values, streamed a bounded piece at a time.
     """
     items = []
+    infos = admit(checkpoint, names, allow_expanded)
     for name in names:
-        info = checkpoint.info(name)
+        info = infos[name]
         if has_dtype(info.dtype):
             source = DType[info.dtype]
             target = dtype if dtype is not None and source.is_float else source
@@ -130,11 +139,23 @@ def convert_task(task: ConvertTask) -> np.ndarray[Any, Any]:
         try:
             values = convert_array(source.values(start, stop), source.dtype, target)
         except RangeError:
-            checkpoint[name].convert(target)  # raises with the element's index in the tensor
+            _convert_distinct(checkpoint[name], target)  # raises, naming the element
             raise
         return np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     except DataError as error:
         raise JobError(path, name, str(error)) from None
+
+
+def _convert_distinct(tensor: Tensor, target: DType) -> None:
+    """``tensor.convert(target)`` at the cost of its distinct elements, for its RangeError.
+
+    Axes along which the tensor repeats (stride 0: an ``expand`` view) are converted at
+    index 0 only. The first element that does not fit, in row-major order, has index 0
+    on those axes, so the error names it exactly as converting the whole tensor would,
+    without converting its logical size.
+    """
+    keep = tuple(slice(0, 1) if step == 0 else slice(None) for step in tensor.strides)
+    tensor[keep].convert(target)
 
 
 class _Writer:

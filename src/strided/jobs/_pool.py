@@ -21,6 +21,7 @@ number of workers.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -28,15 +29,15 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._checkpoint import open_checkpoint
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
 
@@ -55,7 +56,8 @@ __all__ = [
     "where",
 ]
 
-# A task reads about this many stored bytes (one tensor at least, when not splittable).
+# A task reads about this many bytes of logical values (one tensor at least, when not
+# splittable).
 TASK_BYTES = 1 << 24
 # Checkpoints a worker keeps open at once.
 _OPEN_LIMIT = 8
@@ -91,7 +93,10 @@ class Part:
 def plan(
     sizes: Sequence[tuple[str, int, int]], split: bool, target: int = TASK_BYTES
 ) -> list[list[Part]]:
-    """Tasks (lists of Parts) over ``(name, numel, stored_bytes)`` in the given order.
+    """Tasks (lists of Parts) over ``(name, numel, bytes)`` in the given order.
+
+    ``bytes`` is the work a tensor is: the logical bytes it reads (which for an
+    expanded view, allowed by ``admit``, exceed its stored bytes).
 
     Tensors smaller than ``target`` bytes are batched until a task holds about
     ``target`` bytes; with ``split``, a larger tensor is cut into chunks of about
@@ -367,6 +372,7 @@ class Runner:
                 yield function(task)
             return
         pool = self._start()
+        broken = _process_pools().BrokenProcessPool
         ahead = max(window if window is not None else 4 * self.jobs, 2)
         feed = 2 * (self.jobs - 1)  # tasks kept queued for the workers
         slots: deque[_Slot] = deque()
@@ -391,7 +397,7 @@ class Runner:
                     upcoming += 1
                 else:
                     yield slots.popleft().value()
-        except BrokenProcessPool:
+        except broken:
             raise OSError("a worker process died (out of memory or killed)") from None
         finally:
             for slot in slots:
@@ -411,13 +417,22 @@ class Runner:
             context = _context()
             # Forked workers are this process's children: they check it is still there.
             parent = os.getpid() if context.get_start_method() == "fork" else 0
-            self._pool = ProcessPoolExecutor(
+            self._pool = _process_pools().ProcessPoolExecutor(
                 max_workers=self.jobs - 1,
                 mp_context=context,
                 initializer=_worker_start,
                 initargs=(parent,),
             )
         return self._pool
+
+
+def _process_pools() -> ModuleType:
+    """``concurrent.futures.process``, imported when the first pool of workers starts.
+
+    With one job (the default) nothing uses it, and it and what it loads (logging,
+    multiprocessing's queues and connections) would add about 10 ms to every start-up.
+    """
+    return importlib.import_module("concurrent.futures.process")
 
 
 def _context() -> Any:
