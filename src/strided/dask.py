@@ -29,8 +29,8 @@ from ._core.dtype import DType
 from ._core.errors import DTypeError, RangeError, ShapeError
 from ._core.scalar import Scalar
 from ._kernels.checked import int_range
+from ._kernels.partials import ExactSum, combine, exact_partial
 from ._kernels.pieces import pieces
-from ._kernels.summation import ExactSum, combine, exact_partial
 from .io._http import is_url
 from .jobs._checkpoint import has_dtype, open_checkpoint
 from .jobs._dask_chunks import TensorChunks

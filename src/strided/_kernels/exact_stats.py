@@ -19,7 +19,8 @@ import numpy as np
 from .._core.dtype import DType
 from .._core.scalar import Scalar
 from .convert import cast, widen
-from .summation import ExactSum, float_exact, int_total, round_units
+from .partials import ExactSum, float_exact
+from .summation import int_total, round_units
 
 __all__ = ["Totals", "summary", "totals"]
 

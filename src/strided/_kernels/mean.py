@@ -29,10 +29,10 @@ import numpy as np
 
 from .._core.dtype import DType
 from .convert import cast
+from .partials import exact_partial
 from .summation import (
     U,
     certify_narrow,
-    exact_partial,
     gamma,
     int_total,
     nonfinite,

@@ -16,20 +16,19 @@ Arrays in, arrays (or Python numbers) out; nothing here knows of tensors or file
   extraction on rows of 256 until every remainder is zero (at most ~50 passes), leaving
   a few exact parts per row that are rounded once. F64 sums are correctly rounded (the
   value of ``math.fsum``), narrower ones within one ulp; an exact zero is +0.0.
-* Exact partials (``ExactSum``): a run of values as counts of NaN and infinities plus
-  the exact sum of its finite values, a Python int in units of the dtype's smallest
-  subnormal (``2**-149`` for F32, ``2**-1074`` for F64, 1 for integers). Partials of
-  pieces, chunks and processes ``merge`` exactly in any grouping and are rounded once.
-  F32/F16/BF16/FP8 values are binned by exponent so that NumPy's ``bincount`` adds
-  ``2**20`` of a bin exactly in F64; F64 values go through the exact engine's parts
-  (or, spanning many exponents, through their bits).
+* Exact partials (``ExactSum``, in ``partials``; their units are here): a run of values
+  as counts of NaN and infinities plus the exact sum of its finite values, a Python int
+  in units of the dtype's smallest subnormal (``2**-149`` for F32, ``2**-1074`` for
+  F64, 1 for integers). Partials of pieces, chunks and processes ``merge`` exactly in
+  any grouping and are rounded once. F32/F16/BF16/FP8 values are binned by exponent
+  (``NARROW_BINS``) so that NumPy's ``bincount`` adds ``2**20`` of a bin exactly in F64;
+  F64 values go through the exact engine's parts (or, spanning many exponents, through
+  their bits: ``f64_units``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -43,13 +42,12 @@ from .convert import cast, round_to_float, widen
 
 __all__ = [
     "EXACT_TERMS",
+    "NARROW_BINS",
     "SPLIT",
-    "ExactSum",
+    "NarrowBins",
     "U",
     "certify_narrow",
-    "combine",
-    "exact_partial",
-    "float_exact",
+    "f64_units",
     "float_row_sums",
     "float_sum",
     "gamma",
@@ -71,7 +69,6 @@ _F64_BLOCK = 1 << 15  # float64 blocks: the block and two temporaries stay in L2
 _F64_BLOCK_BITS = 16  # log2(_F64_BLOCK) + 1: sigma must exceed the block's |sum|
 _ROW = 256  # width of the exact engine's extraction rows
 _SMALL = 256  # full F64 sums up to this size go straight to math.fsum
-_STEP = 1 << 20  # elements per exact-partial step: 2**20 terms of a bin sum exactly in F64
 EXACT_TERMS = 1 << 31  # a 64-bit accumulator of 32-bit values is exact this far
 _M32 = 0xFFFFFFFF
 _max = np.maximum.reduce
@@ -346,7 +343,7 @@ def _exact_rows(wide: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     # Extraction sums grow to at most 2**34 (MAX_ELEMENTS) times the largest value, and
     # sigma adds 2**9 more: below 2**960 nothing can overflow. Huge rows are summed whole.
     if float(_max(magnitude)) >= 2.0**960:
-        return np.array([round_units(_f64_units(row), DType.F64) for row in wide])
+        return np.array([round_units(f64_units(row), DType.F64) for row in wide])
     parts = _row_parts(wide)
     sums, ok = _certified_parts(parts, np.zeros(parts.shape[0]))
     for i in np.flatnonzero(~ok).tolist():
@@ -465,48 +462,10 @@ def int_total(flat: np.ndarray, dtype: DType) -> int:
     return total
 
 
-# -- exact partials -------------------------------------------------------------------------
+# -- units of exact sums -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ExactSum:
-    """The exact sum of a run of values: NaN and infinity counts, and ``total``, the exact
-    sum of the finite values in units of ``2**-unit_bits(dtype)``. Partials merge exactly."""
-
-    total: int = 0
-    nan: int = 0
-    pos_inf: int = 0
-    neg_inf: int = 0
-
-    def merge(self, other: ExactSum) -> ExactSum:
-        """The partial of both runs (a new object; addition is exact, so order is free)."""
-        return ExactSum(
-            self.total + other.total,
-            self.nan + other.nan,
-            self.pos_inf + other.pos_inf,
-            self.neg_inf + other.neg_inf,
-        )
-
-    def rounded(self, dtype: DType, count: int = 1) -> float:
-        """The sum (divided by ``count``) rounded once into float ``dtype``: NaN for a NaN
-        or infinities of both signs, else an infinity's sign; a finite value past the
-        largest one gives infinity."""
-        if self.nan or (self.pos_inf and self.neg_inf):
-            return math.nan
-        if self.pos_inf or self.neg_inf:
-            return math.inf if self.pos_inf else -math.inf
-        return round_units(self.total, dtype, count)
-
-
-def combine(parts: Iterable[ExactSum]) -> ExactSum:
-    """The partial of consecutive (or any) runs: exact, so any grouping gives the same."""
-    result = ExactSum()
-    for part in parts:
-        result = result.merge(part)
-    return result
-
-
-class _Format:
+class NarrowBins:
     """Exponent bins of a narrow float dtype: 2**20 values of one bin sum exactly in F64."""
 
     __slots__ = ("bins", "nbits", "table", "uint", "unit_bits")
@@ -529,8 +488,8 @@ class _Format:
 
 
 # The narrow floats, from the one table of float layouts (F64 goes through its parts).
-_FORMATS: dict[DType, _Format] = {
-    dtype: _Format(layout.bits, layout.exponent_bits, layout.mantissa_bits)
+NARROW_BINS: dict[DType, NarrowBins] = {
+    dtype: NarrowBins(layout.bits, layout.exponent_bits, layout.mantissa_bits)
     for dtype, layout in FLOAT_LAYOUTS.items()
     if dtype is not DType.F64
 }
@@ -542,7 +501,7 @@ def unit_bits(dtype: DType) -> int:
     dtypes without bins here are summed through their exact F64 values)."""
     if not dtype.is_float:
         return 0
-    fmt = _FORMATS.get(dtype)
+    fmt = NARROW_BINS.get(dtype)
     return _F64_UNIT if fmt is None else fmt.unit_bits
 
 
@@ -556,45 +515,7 @@ def round_units(total: int, dtype: DType, count: int = 1, target: DType | None =
         return math.inf if total > 0 else -math.inf
 
 
-def exact_partial(values: np.ndarray, dtype: DType) -> ExactSum:
-    """The exact partial of a 1-D array of ``dtype`` (any float or integer but BOOL)."""
-    result = ExactSum()
-    for start in range(0, values.size, _STEP):
-        step = values[start : start + _STEP]
-        if dtype.is_float:
-            wide = step if dtype is DType.F64 else cast(widen(step, dtype), np.float64)
-            result = result.merge(float_exact(step, wide, dtype))
-        else:
-            result.total += int_total(step, dtype)
-    return result
-
-
-def float_exact(values: np.ndarray, wide: np.ndarray, dtype: DType) -> ExactSum:
-    """The exact partial of at most 2**20 ``values`` of float ``dtype``, given as ``wide``
-    too (the same values as float64, which the caller shares)."""
-    result = ExactSum()
-    if not np.isfinite(wide).all():
-        nan, inf = np.isnan(wide), np.isinf(wide)
-        result.nan = int(np.count_nonzero(nan))
-        result.pos_inf = int(np.count_nonzero(inf & (wide > 0)))
-        result.neg_inf = int(np.count_nonzero(inf)) - result.pos_inf
-        finite = ~(nan | inf)
-        values, wide = values[finite], wide[finite]
-    fmt = _FORMATS.get(dtype)
-    if fmt is None:
-        result.total = _f64_units(wide)
-        return result
-    if fmt.nbits == 32:  # sign and the exponent's top five bits: bins eight exponents wide
-        bins = (values.view(fmt.uint) >> np.uint32(26)) & np.uint32(31)
-    else:
-        bins = np.take(fmt.table, values.view(fmt.uint))
-    sums = np.bincount(bins, weights=wide, minlength=fmt.bins)
-    scale = 2.0**fmt.unit_bits  # every bin's sum is a whole number of units, exactly
-    result.total = sum(int(value * scale) for value in sums[sums != 0].tolist())
-    return result
-
-
-def _f64_units(values: np.ndarray) -> int:
+def f64_units(values: np.ndarray) -> int:
     """The exact sum of finite F64 values in units of ``2**-1074``.
 
     Values spanning few exponents take the exact engine's parts (a few extraction
