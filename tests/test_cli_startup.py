@@ -125,7 +125,7 @@ def test_lazy_package_import() -> None:
         "names = set(dir(strided))\n"
         "print(set(strided.__all__) <= names, 'numpy' in sys.modules)\n"
         "from strided import Tensor, open_checkpoint\n"
-        "from strided._tensor import Tensor as home\n"
+        "from strided._tensor.tensor import Tensor as home\n"
         "print(Tensor is home, 'Tensor' in vars(strided), 'numpy' in sys.modules)\n"
     )
     result = python("-c", probe)
@@ -164,8 +164,8 @@ try:
     runpy.run_module("strided", run_name="__main__", alter_sys=True)
 except SystemExit as stop:
     status = stop.code
-heavy = ["numpy", "ml_dtypes", "concurrent.futures.process", "strided._dtype", "strided._jobs",
-         "strided.io"]
+heavy = ["numpy", "ml_dtypes", "concurrent.futures.process", "strided._core.dtype",
+         "strided.jobs._pool", "strided.io"]
 print("STATUS", status, "LOADED", *[name for name in heavy if name in sys.modules], file=sys.stderr)
 """
 
@@ -188,7 +188,7 @@ def test_help_version_and_usage_errors_load_nothing_heavy(args: list[str]) -> No
 
 
 # What a command on NumPy's own dtypes loads: no ml_dtypes, no process pool.
-_NATIVE_LOADED = "LOADED numpy strided._dtype strided._jobs strided.io"
+_NATIVE_LOADED = "LOADED numpy strided._core.dtype strided.jobs._pool strided.io"
 
 
 def test_a_command_loads_what_it_needs(tmp_path: Path) -> None:
@@ -330,7 +330,7 @@ def test_bf16_values_load_ml_dtypes_when_first_needed(tmp_path: Path) -> None:
     # 1.0, -2.5 and the largest finite BF16, as bits
     _raw_safetensors(path, {"w": ("BF16", (3,), struct.pack("<3H", 0x3F80, 0xC020, 0x7F7F))})
     result = python("-c", _RUN_MODULE, "verify", str(path))
-    assert result.stderr.splitlines()[-1] == "STATUS 0 LOADED numpy ml_dtypes strided._dtype " \
-        "strided._jobs strided.io", result.stderr  # fmt: skip
+    loaded = "LOADED numpy ml_dtypes strided._core.dtype strided.jobs._pool strided.io"
+    assert result.stderr.splitlines()[-1] == f"STATUS 0 {loaded}", result.stderr
     row = result.stdout.splitlines()[1].split()
     assert row[:5] == ["w", "BF16", "[3]", "-2.5", "3.39e+38"], result.stdout

@@ -168,7 +168,7 @@ def test_local_cluster_from_the_real_command_line(models: dict[str, Path]) -> No
 def test_an_unreachable_scheduler_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("strided._dask_engine.CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr("strided.jobs._dask_engine.CONNECT_TIMEOUT", 0.5)
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._compare import Tolerance, compare
+from strided._kernels.compare import Tolerance, compare
 from strided.cli import main
 
 

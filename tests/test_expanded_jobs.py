@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._limits import MAX_EXPANSION
+from strided._core.limits import MAX_EXPANSION
 from strided.cli import main
 
 torch = pytest.importorskip("torch")
@@ -434,7 +434,7 @@ OVERFLOWING = """
     import contextlib, io, json, sys, tracemalloc
     from strided.cli import main
     from strided.cli import _convert  # imports before measuring
-    import strided._export
+    import strided.jobs._export
     tracemalloc.start()  # NumPy's buffers included
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

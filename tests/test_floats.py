@@ -1,4 +1,4 @@
-"""Exact rounding and shortest text of the float dtypes (strided._floats).
+"""Exact rounding and shortest text of the float dtypes (strided._core.floats).
 
 Oracles: every finite value of the 8- and 16-bit dtypes enumerated from their bit
 patterns (nearest wins, ties to the even bit pattern); NumPy's single-step float64 ->
@@ -19,8 +19,8 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided import _floats
-from strided._floats import parse_float, round_exact, shortest_text
+from strided._core import floats as _floats
+from strided._core.floats import parse_float, round_exact, shortest_text
 
 D = st.DType
 FLOATS = [D.F16, D.BF16, D.F32, D.F64, D.F8_E4M3, D.F8_E5M2]

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._strict_json import loads_strict
+from strided._kernels.strict_json import loads_strict
 
 STRIDED = str(Path(sys.executable).parent / "strided")
 
@@ -80,7 +80,7 @@ def peak_bytes(call: Callable[[], object]) -> int:
     ids=["deep", "backslashes", "empty strings", "escaped quotes"],
 )
 def test_depth_scan_memory_does_not_grow_with_the_document(document: bytes) -> None:
-    from strided import _strict_json
+    from strided._kernels import strict_json as _strict_json
 
     peak = peak_bytes(lambda: _strict_json._check_depth(document, 1 << 30, "doc"))
     assert peak < 4 << 20, peak  # a few arrays of one 64 KiB chunk, whatever the size
@@ -113,7 +113,7 @@ def scalar_depth(text: bytes) -> int:
 
 
 def check_depth_exactly(text: bytes, deepest: int) -> None:
-    from strided import _strict_json
+    from strided._kernels import strict_json as _strict_json
 
     _strict_json._check_depth(text, deepest, "doc")
     if deepest > 0:
@@ -129,7 +129,7 @@ def check_depth_exactly(text: bytes, deepest: int) -> None:
 def test_depth_scan_agrees_with_a_character_by_character_scan(
     pieces: list[str], chunk: int
 ) -> None:
-    from strided import _strict_json
+    from strided._kernels import strict_json as _strict_json
 
     text = "".join(pieces).encode()
     with pytest.MonkeyPatch.context() as patch:
@@ -157,7 +157,7 @@ def json_depth(value: Any) -> int:
 @settings(max_examples=300, deadline=None)
 @given(value=JSON_VALUES, chunk=hs.sampled_from([1, 2, 7, 1 << 16]))
 def test_depth_scan_measures_real_json_nesting(value: Any, chunk: int) -> None:
-    from strided import _strict_json
+    from strided._kernels import strict_json as _strict_json
 
     text = json.dumps(value).encode()
     with pytest.MonkeyPatch.context() as patch:

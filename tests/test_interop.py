@@ -26,7 +26,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._dlpack import _structs
+from strided._kernels.dlpack import _structs
 
 from .strategies import ALL_DTYPES, arrays, basic_indices, shapes
 

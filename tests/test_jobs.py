@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._exact_stats import summary, totals
-from strided._jobs import plan
-from strided._pieces import pieces
+from strided._kernels.exact_stats import summary, totals
+from strided._kernels.pieces import pieces
 from strided.cli import main
+from strided.jobs._pool import plan
 
 
 def save(path: Path, arrays: dict[str, Any], metadata: dict[str, str] | None = None) -> Path:

@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._metadata_text import canonical, metadata_digest
 from strided.cli import main
+from strided.jobs._metadata_text import canonical, metadata_digest
 
 Entry = tuple[str, Any, T, T | None]
 

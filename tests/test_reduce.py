@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided._floats import round_exact
+from strided._core.floats import round_exact
 
 from .strategies import arrays, shapes
 

@@ -10,15 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 
 import strided as st
-from strided._floats import round_exact
-from strided._summation import (
-    ExactSum,
-    combine,
-    exact_partial,
-    float_row_sums,
-    float_sum,
-    unit_bits,
-)
+from strided._core.floats import round_exact
+from strided._kernels.partials import ExactSum, combine, exact_partial
+from strided._kernels.summation import float_row_sums, float_sum, unit_bits
 
 D = st.DType
 FLOATS = [D.F64, D.F32, D.F16, D.BF16]

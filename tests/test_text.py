@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided import _bulk_format
+from strided._kernels import bulk_format as _bulk_format
 
 from .strategies import arrays, basic_indices, dtypes, shapes
 
@@ -351,7 +351,7 @@ def sparse_suspects(dtype: st.DType, count: int, seed: int) -> st.Tensor:
 def test_json_text_in_chunks_matches_scalar_text(
     dtype: st.DType, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from strided import _json
+    from strided._kernels import json_doc as _json
 
     monkeypatch.setattr(_json, "_DUMP_CHUNK", chunk)
     count = 3000 if chunk < 1000 else 150_000

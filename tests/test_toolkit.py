@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided import _argfind
-from strided._floats import round_exact
+from strided._core.floats import round_exact
+from strided._kernels import argfind as _argfind
 
 from .strategies import ALL_DTYPES, arrays, shapes
 from .test_reduce import ulps_apart

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._core.version import VERSION
+
 if TYPE_CHECKING:
-    from ._arith import BinaryOp
-    from ._checkpoint import Checkpoint, TensorInfo, open_checkpoint
-    from ._dtype import DType
-    from ._errors import (
+    from ._core.dtype import DType
+    from ._core.errors import (
         DataError,
         DivisionError,
         DTypeError,
@@ -26,13 +26,13 @@ if TYPE_CHECKING:
         RangeError,
         ShapeError,
     )
-    from ._inspect import TensorInspection, TensorInspectionOptions
-    from ._join import concatenate, stack
-    from ._limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
-    from ._scalar import Scalar
-    from ._select import where
-    from ._shape import Shape
-    from ._tensor import Tensor, tensor
+    from ._core.limits import MAX_ELEMENTS, MAX_INSPECTION_SAMPLES, MAX_RANK
+    from ._core.scalar import Scalar
+    from ._core.shape import Shape
+    from ._tensor.arith import BinaryOp
+    from ._tensor.inspect import TensorInspection, TensorInspectionOptions
+    from ._tensor.join import concatenate, stack, where
+    from ._tensor.tensor import Tensor, tensor
     from .io import (
         GGUFFile,
         SafetensorsFile,
@@ -43,8 +43,9 @@ if TYPE_CHECKING:
         save_npy,
         save_safetensors,
     )
+    from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
 
-__version__ = "0.3.0"
+__version__ = VERSION
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -84,31 +85,31 @@ __all__ = [
 
 # The module each public name lives in (the TYPE_CHECKING block above, for people).
 _HOMES = {
-    "BinaryOp": "._arith",
-    "Checkpoint": "._checkpoint",
-    "TensorInfo": "._checkpoint",
-    "open_checkpoint": "._checkpoint",
-    "DType": "._dtype",
-    "DataError": "._errors",
-    "DivisionError": "._errors",
-    "DTypeError": "._errors",
-    "FormatError": "._errors",
-    "IndexingError": "._errors",
-    "LimitError": "._errors",
-    "RangeError": "._errors",
-    "ShapeError": "._errors",
-    "TensorInspection": "._inspect",
-    "TensorInspectionOptions": "._inspect",
-    "concatenate": "._join",
-    "stack": "._join",
-    "MAX_ELEMENTS": "._limits",
-    "MAX_INSPECTION_SAMPLES": "._limits",
-    "MAX_RANK": "._limits",
-    "Scalar": "._scalar",
-    "where": "._select",
-    "Shape": "._shape",
-    "Tensor": "._tensor",
-    "tensor": "._tensor",
+    "BinaryOp": "._tensor.arith",
+    "Checkpoint": ".jobs._checkpoint",
+    "TensorInfo": ".jobs._checkpoint",
+    "open_checkpoint": ".jobs._checkpoint",
+    "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
+    "DataError": "._core.errors",
+    "DivisionError": "._core.errors",
+    "DTypeError": "._core.errors",
+    "FormatError": "._core.errors",
+    "IndexingError": "._core.errors",
+    "LimitError": "._core.errors",
+    "RangeError": "._core.errors",
+    "ShapeError": "._core.errors",
+    "TensorInspection": "._tensor.inspect",
+    "TensorInspectionOptions": "._tensor.inspect",
+    "concatenate": "._tensor.join",
+    "stack": "._tensor.join",
+    "MAX_ELEMENTS": "._core.limits",
+    "MAX_INSPECTION_SAMPLES": "._core.limits",
+    "MAX_RANK": "._core.limits",
+    "Scalar": "._core.scalar",
+    "where": "._tensor.join",
+    "Shape": "._core.shape",
+    "Tensor": "._tensor.tensor",
+    "tensor": "._tensor.tensor",
     "GGUFFile": ".io",
     "SafetensorsFile": ".io",
     "load_npy": ".io",

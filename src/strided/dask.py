@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from ._checked import int_range
-from ._checkpoint import has_dtype, open_checkpoint
-from ._dask_chunks import TensorChunks
-from ._dask_engine import require
-from ._dtype import DType
-from ._errors import DTypeError, RangeError, ShapeError
-from ._jobs import where
-from ._pieces import pieces
-from ._scalar import Scalar
-from ._summation import ExactSum, combine, exact_partial
+from ._core.dtype import DType
+from ._core.errors import DTypeError, RangeError, ShapeError
+from ._core.scalar import Scalar
+from ._kernels.checked import int_range
+from ._kernels.partials import ExactSum, combine, exact_partial
+from ._kernels.pieces import pieces
 from .io._http import is_url
+from .jobs._checkpoint import has_dtype, open_checkpoint
+from .jobs._dask_chunks import TensorChunks
+from .jobs._dask_engine import require
+from .jobs._pool import where
 
 __all__ = ["exact_sum", "from_checkpoint"]
 

@@ -21,12 +21,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from .._errors import DataError
-from .._limits import MAX_INSPECTION_SAMPLES
+from .._core.errors import DataError
+from .._core.limits import MAX_INSPECTION_SAMPLES
+from .._core.version import VERSION
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
-    from .._dtype import DType
+    from .._core.dtype import DType
 
 __all__ = ["main"]
 
@@ -89,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
 def _reported(args: argparse.Namespace, error: Exception) -> tuple[str, int] | None:
     """The one line and exit status for an error a command raised; None for a bug."""
     # Raised by the command that ran, so these modules are loaded already.
-    from .._jobs import EngineError, JobError
+    from ..jobs._pool import EngineError, JobError
     from ._verify import CommandFailure
 
     if isinstance(error, CommandFailure):
@@ -394,9 +395,7 @@ def version() -> str:
     try:
         return metadata.version("strided")
     except metadata.PackageNotFoundError:
-        from .. import __version__
-
-        return __version__
+        return VERSION
 
 
 def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None:
@@ -476,7 +475,7 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
 
 
 def _float_dtype(text: str) -> DType:
-    from .._dtype import DType
+    from .._core.dtype import DType
 
     try:
         dtype = DType.parse(text)

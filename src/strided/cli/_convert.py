@@ -6,13 +6,13 @@ import argparse
 import fnmatch
 from typing import IO
 
-from .._checkpoint import Checkpoint, open_checkpoint
-from .._errors import DataError
-from .._export import plan, text_metadata, write_safetensors
-from .._jobs import Runner, admit, sharing, where
-from .._tensor import Tensor
+from .._core.errors import DataError
+from .._tensor.tensor import Tensor
 from ..io._shards import TargetExists, write_file
 from ..io.npy import npy_writer
+from ..jobs._checkpoint import Checkpoint, admit, open_checkpoint
+from ..jobs._export import plan, text_metadata, write_safetensors
+from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
 from ._verify import CommandFailure

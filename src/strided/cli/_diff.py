@@ -21,18 +21,19 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from .. import _diff
-from .._checkpoint import open_checkpoint
-from .._compare import Tally, Tolerance
-from .._digest import sort_key
-from .._errors import DataError
-from .._jobs import JobError, admit, plan, runner, sharing, where
+from .._core.errors import DataError
+from .._kernels.compare import Tally, Tolerance
+from .._kernels.digest import sort_key
+from ..jobs import _diff
+from ..jobs._checkpoint import admit, open_checkpoint
+from ..jobs._engine import runner
+from ..jobs._pool import JobError, plan, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, one_line, safe, with_path
 from ._verify import CommandFailure, count_of
 
 if TYPE_CHECKING:
-    from .._checkpoint import Checkpoint
+    from ..jobs._checkpoint import Checkpoint
 
 __all__ = ["run_diff"]
 

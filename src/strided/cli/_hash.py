@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import _digest
-from .._checkpoint import open_checkpoint
-from .._jobs import admit, plan, runner, sharing, where
+from .._kernels.digest import combine, sort_key
+from ..jobs import _digest
+from ..jobs._checkpoint import admit, open_checkpoint
+from ..jobs._engine import runner
+from ..jobs._pool import plan, sharing, where
 from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line
 from ._progress import Progress
 
@@ -24,7 +26,7 @@ def run_hash(args: argparse.Namespace) -> int:
     """
     with open_checkpoint(args.path) as checkpoint:
         metadata = checkpoint.metadata_digest()
-        names = sorted(checkpoint, key=_digest.sort_key)
+        names = sorted(checkpoint, key=sort_key)
         infos = admit(checkpoint, names, args.allow_expanded)
         tasks = plan(
             [(name, infos[name].shape.numel, infos[name].logical_len) for name in names], False
@@ -39,7 +41,7 @@ def run_hash(args: argparse.Namespace) -> int:
         ):
             results = engine.run(_digest.run_task, work, weights, progress)
     digests = dict(zip(names, (digest for found in results for digest in found), strict=True))
-    total = _digest.combine(digests.items())
+    total = combine(digests.items())
     if args.json:
         tensors = {
             name: {

@@ -28,15 +28,15 @@ import math
 import re
 from typing import Any
 
-from .._checkpoint import Checkpoint, open_checkpoint
-from .._dtype import DType
-from .._errors import DataError
-from .._exact_stats import Totals
-from .._floats import shortest_text
-from .._inspect import TensorInspectionOptions
-from .._jobs import JobError, Runner, opened, sharing, where
-from .._metadata_text import canonical, gguf_types
-from .._scalar import Scalar
+from .._core.dtype import DType
+from .._core.errors import DataError
+from .._core.floats import shortest_text
+from .._core.scalar import Scalar
+from .._kernels.exact_stats import Totals
+from .._tensor.inspect import TensorInspectionOptions
+from ..jobs._checkpoint import Checkpoint, open_checkpoint
+from ..jobs._metadata_text import canonical, gguf_types
+from ..jobs._pool import JobError, Runner, opened, sharing, where
 from ._text import byte_size, count_text, safe
 from ._verify import count_of, exact_row, header_row, scan_checkpoint
 

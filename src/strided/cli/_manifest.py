@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._errors import FormatError, LimitError
-from .._strict_json import loads_strict
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_MANIFEST_BYTES as _MAX_MANIFEST_BYTES
+from .._kernels.strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
 from ._text import escape_char
 
@@ -33,7 +34,6 @@ __all__ = ["CHECKPOINT_LINE", "METADATA_LINE", "Manifest", "escaped_line", "read
 METADATA_LINE = "*metadata*"
 CHECKPOINT_LINE = "*checkpoint*"
 
-_MAX_MANIFEST_BYTES = 1 << 28
 _NAMED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _UNESCAPE = re.compile(r"\\(?:([\\ntr])|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
 _LINE = re.compile(r"(\\?)([0-9a-f]{64})  (.*)", re.DOTALL)

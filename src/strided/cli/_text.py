@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._jobs import JobError
+    from ..jobs._pool import JobError
 
 __all__ = [
     "byte_size",

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .. import _scan
-from .._checkpoint import Checkpoint, has_dtype, open_checkpoint
-from .._digest import combine
-from .._dtype import DType
-from .._exact_stats import Totals, summary
-from .._jobs import admit, plan, runner, sharing, where
+from .._core.dtype import DType
+from .._core.errors import DataError
+from .._kernels.digest import combine
+from .._kernels.exact_stats import Totals, summary
+from ..jobs import _scan
+from ..jobs._checkpoint import Checkpoint, admit, has_dtype, open_checkpoint
+from ..jobs._engine import runner
+from ..jobs._pool import plan, sharing, where
+from ._manifest import read_manifest
 from ._progress import Progress
-from ._text import byte_size, index_text, safe
+from ._text import byte_size, index_text, safe, with_path
 
 if TYPE_CHECKING:
     from ._manifest import Manifest
@@ -175,9 +178,6 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def _manifest(path: str) -> Manifest:
-    from .._errors import DataError
-    from ._manifest import read_manifest
-    from ._text import with_path
 
     try:
         return read_manifest(path)

@@ -15,8 +15,8 @@ under the allowance.
 
 from __future__ import annotations
 
-from .._errors import LimitError
-from .._limits import BUDGET_BASE, BUDGET_FACTOR
+from .._core.errors import LimitError
+from .._core.limits import BUDGET_BASE, BUDGET_FACTOR
 
 __all__ = ["ITEM_BYTES", "OBJECT_BYTES", "TEXT_BYTES", "ParseBudget"]
 

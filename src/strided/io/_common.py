@@ -31,11 +31,13 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import numpy as np
 
-from .._construct import ReadOnlyMemory, borrow
-from .._dtype import DType
-from .._errors import FormatError, LimitError, ShapeError
-from .._limits import check_dims
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError, ShapeError
+from .._core.limits import MAX_INDEX_BYTES, check_dims, describe
+from .._core.limits import MAX_INDEX_DEPTH as _INDEX_DEPTH
+from .._core.storage import ReadOnlyMemory, borrow
+from .._kernels.strict_json import loads_strict
+from .._tensor.tensor import Tensor
 
 if TYPE_CHECKING:
     from ._budget import ParseBudget
@@ -296,11 +298,6 @@ def write_logical(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
         write_logical(file, array[start : start + rows] if rows > 1 else array[start])
 
 
-# Index files of real checkpoints are a few hundred KiB; metadata may nest a little.
-MAX_INDEX_BYTES = 100_000_000
-_INDEX_DEPTH = 16
-
-
 def index_shards(
     path: str,
     open_shard: Callable[[str], S],
@@ -343,8 +340,6 @@ def check_index_size(size: int, path: str) -> None:
 
 def parse_index(data: bytes, path: str) -> dict[str, set[str]]:
     """The shards an index's bytes name: shard file name -> the tensor names mapped to it."""
-    from .._limits import describe
-    from .._strict_json import loads_strict
 
     index = loads_strict(data, path, _INDEX_DEPTH)
     if type(index) is not dict:

@@ -1,7 +1,8 @@
-"""Which format a file holds: one ordered table of (name, cheap check, opener).
+"""Which format a file holds: one ordered table of (name, magic, cheap check).
 
-Every checkpoint reader registers here, and ``open_checkpoint`` asks this table and
-nothing else. A format is recognized from the file's first bytes (and its size), never
+Every format's magic lives here (the readers import theirs from this module), and
+``open_checkpoint`` asks this table and nothing else; ``_open`` binds each name to its
+opener. A format is recognized from the file's first bytes (and its size), never
 from its name. The entries are tried in this order, and the first that accepts wins:
 
 1. ``gguf``: the magic ``GGUF``.
@@ -26,165 +27,87 @@ file's size before any of it is read.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from .._errors import FormatError, LimitError
-from .._shape import Shape
-from .._strict_json import loads_strict
-from .._tensor import Tensor
-from ._budget import ParseBudget
-from ._common import MAX_INDEX_BYTES, check_index_size, file_size, map_file, open_regular
-from ._safetensors_header import MAX_HEADER_BYTES
-from ._zip import DEFLATED, STORED, read_zip
-from .gguf import open_gguf
-from .npy import load_npy
-from .npz import open_npz
-from .pytorch import open_pytorch
-from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_SAFETENSORS_HEADER_BYTES
 
 __all__ = [
     "FORMATS",
+    "GGUF_MAGIC",
     "HEAD_BYTES",
+    "JSON_SPACE",
+    "NPY_MAGIC",
+    "PICKLE_PROTO",
+    "TORCH_LEGACY_MAGIC",
+    "ZIP_EMPTY_MAGIC",
+    "ZIP_MAGIC",
     "Format",
-    "Opened",
-    "SingleReader",
     "detect",
-    "open_detected",
+    "matching",
 ]
 
 HEAD_BYTES = 16  # what every check may look at
-_INDEX_KEYS = (b'"metadata"', b'"weight_map"')
-_JSON_SPACE = b" \t\r\n"
-_FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
-
-
-class Opened(NamedTuple):
-    """What an opener returns: the format's name for the door, and its reader."""
-
-    kind: str
-    reader: Any
+GGUF_MAGIC = b"GGUF"
+ZIP_MAGIC = b"PK\x03\x04"  # a local file header: the first member
+ZIP_EMPTY_MAGIC = b"PK\x05\x06"  # an end of central directory: an empty archive
+NPY_MAGIC = b"\x93NUMPY"
+PICKLE_PROTO = 0x80  # the PROTO opcode that starts a pickle of protocol 2 or later
+# The first value a legacy (non-zip) torch.save pickle holds.
+TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+JSON_SPACE = b" \t\r\n"
 
 
 class Format(NamedTuple):
-    """One row of the table: ``check(head, size)`` on the first bytes, then ``open``."""
+    """One row of the table: the format's name, its magic (``b""`` for a framing check)
+    and ``check(head, size)`` on the first ``HEAD_BYTES`` bytes and the file's size."""
 
     name: str
+    magic: bytes
     check: Callable[[bytes, int], bool]
-    open: Callable[[str, bool, ParseBudget], Opened]
 
 
 def _is_gguf(head: bytes, size: int) -> bool:
-    return head.startswith(b"GGUF")
+    return head.startswith(GGUF_MAGIC)
 
 
 def _is_safetensors(head: bytes, size: int) -> bool:
     if len(head) < 9:
         return False
     (length,) = struct.unpack_from("<Q", head)
-    return 2 <= length <= MAX_HEADER_BYTES and 8 + length <= size and head[8:9] == b"{"
+    return 2 <= length <= MAX_SAFETENSORS_HEADER_BYTES and 8 + length <= size and head[8:9] == b"{"
 
 
 def _is_zip(head: bytes, size: int) -> bool:
-    return head.startswith((b"PK\x03\x04", b"PK\x05\x06"))
+    return head.startswith((ZIP_MAGIC, ZIP_EMPTY_MAGIC))
 
 
 def _is_npy(head: bytes, size: int) -> bool:
-    return head.startswith(b"\x93NUMPY")
+    return head.startswith(NPY_MAGIC)
 
 
 def _is_pickle(head: bytes, size: int) -> bool:
-    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+    return len(head) >= 2 and head[0] == PICKLE_PROTO and 2 <= head[1] <= 5
 
 
 def _is_json(head: bytes, size: int) -> bool:
-    return head.lstrip(_JSON_SPACE).startswith(b"{")
-
-
-# -- openers -----------------------------------------------------------------------------
-
-
-def _open_gguf(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("gguf", open_gguf(where, copy=copy, budget=budget))
-
-
-def _open_safetensors(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("safetensors", SafetensorsFile(where, [_Shard(where, budget)], copy))
-
-
-def _open_zip(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    with open_regular(where) as file:
-        raw = map_file(file, file_size(file), where)
-    members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
-    if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
-        return _open_pickle(where, copy, budget)
-    return Opened("npz", open_npz(where, copy))
-
-
-def _open_npy(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
-
-
-def _open_pickle(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("pytorch", open_pytorch(where, copy, budget=budget))
-
-
-def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    with open_regular(where) as file:
-        size = file_size(file)
-        head = file.read(_FIRST_KEY_BYTES)
-        if not _is_index(head):
-            # A strided tensor document: its parser bounds the work by the text's size.
-            data = head + file.read()
-            return Opened("json", SingleReader(Path(where).stem, Tensor.from_json(data)))
-    check_index_size(size, where)  # at the file's size, before the index is read
-    if _first_shard_format(where) == "pickle":
-        return Opened("pytorch", open_pytorch(where, copy, budget=budget))
-    return Opened("safetensors", SafetensorsFile(where, _index_shards(where, budget), copy))
-
-
-def _is_index(head: bytes) -> bool:
-    """Whether a JSON text's first key is one only a shard index has."""
-    body = head.lstrip(_JSON_SPACE)[1:].lstrip(_JSON_SPACE)
-    return body.startswith(_INDEX_KEYS)
-
-
-def _first_shard_format(index: str) -> str:
-    """The table's name for the format of the index's first shard (by its first bytes).
-
-    ``"safetensors"`` when the shard cannot be found or read: the safetensors index
-    reader then validates the whole index and every shard and names the problem.
-    """
-    with open_regular(index) as file:
-        parsed = loads_strict(file.read(MAX_INDEX_BYTES + 1), index, 16)
-    shards = parsed.get("weight_map") if type(parsed) is dict else None
-    first = next(iter(shards.values()), None) if type(shards) is dict else None
-    if type(first) is not str or os.path.basename(first) != first or first in ("", ".", ".."):
-        return "safetensors"
-    try:
-        with open_regular(os.path.join(os.path.dirname(index), first)) as file:
-            size = file_size(file)
-            head = file.read(HEAD_BYTES)
-    except OSError:
-        return "safetensors"
-    found = _matching(head, size)
-    return "pickle" if found is not None and found.name in ("zip", "pickle") else "safetensors"
+    return head.lstrip(JSON_SPACE).startswith(b"{")
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("gguf", _is_gguf, _open_gguf),
-    Format("safetensors", _is_safetensors, _open_safetensors),
-    Format("zip", _is_zip, _open_zip),
-    Format("npy", _is_npy, _open_npy),
-    Format("pickle", _is_pickle, _open_pickle),
-    Format("json", _is_json, _open_json),
+    Format("gguf", GGUF_MAGIC, _is_gguf),
+    Format("safetensors", b"", _is_safetensors),
+    Format("zip", ZIP_MAGIC, _is_zip),
+    Format("npy", NPY_MAGIC, _is_npy),
+    Format("pickle", bytes([PICKLE_PROTO]), _is_pickle),
+    Format("json", b"{", _is_json),
 )
 
 
-def _matching(head: bytes, size: int) -> Format | None:
+def matching(head: bytes, size: int) -> Format | None:
+    """The first table entry that accepts ``head`` and ``size``, or None."""
     for entry in FORMATS:
         if entry.check(head, size):
             return entry
@@ -197,8 +120,9 @@ def detect(head: bytes, size: int, where: str) -> Format:
     ``head`` is the file's first ``HEAD_BYTES`` bytes (fewer for a shorter file) and
     ``size`` its size in bytes.
     """
-    found = _matching(head[:HEAD_BYTES], size)
+    found = matching(head[:HEAD_BYTES], size)
     if found is None:
+        _refuse_safetensors_framing(head, size, where)
         _refuse_safetensors_framing(head, size, where)
         tried = ", ".join(entry.name for entry in FORMATS)
         raise FormatError(
@@ -215,56 +139,12 @@ def _refuse_safetensors_framing(head: bytes, size: int, where: str) -> None:
     if len(head) < 9 or head[8:9] != b"{":
         return
     (length,) = struct.unpack_from("<Q", head)
-    if length > MAX_HEADER_BYTES:
+    if length > MAX_SAFETENSORS_HEADER_BYTES:
         raise LimitError(
             f"{where}: safetensors header length {length} exceeds the cap of "
-            f"{MAX_HEADER_BYTES} bytes"
+            f"{MAX_SAFETENSORS_HEADER_BYTES} bytes"
         )
     if 8 + length > size:
         raise FormatError(
             f"{where}: safetensors header length {length} runs past the end of the {size}-byte file"
         )
-
-
-def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    """Open a local file or folder with the reader the table picks for it.
-
-    A folder is a set of ``*.safetensors`` shards. A path that cannot be opened raises
-    its OSError unchanged; content the chosen reader refuses is its DataError.
-    """
-    if os.path.isdir(where):
-        return Opened("safetensors", open_safetensors(where, copy))
-    with open_regular(where) as file:
-        size = file_size(file)
-        head = file.read(HEAD_BYTES)
-    return detect(head, size, where).open(where, copy, budget)
-
-
-class SingleReader:
-    """One tensor already in hand (``.npy``, a strided JSON document), named ``name``."""
-
-    __slots__ = ("name", "tensor")
-
-    def __init__(self, name: str, tensor: Tensor) -> None:
-        self.name = name
-        self.tensor = tensor
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        """Always empty: these files carry no metadata."""
-        return {}
-
-    def keys(self) -> list[str]:
-        """The one name."""
-        return [self.name]
-
-    def info(self, name: str) -> tuple[str, Shape]:
-        """The tensor's dtype name and shape."""
-        return self.tensor.dtype.name, self.tensor.shape
-
-    def get(self, name: str) -> Tensor:
-        """The tensor (the one name is checked by the caller)."""
-        return self.tensor
-
-    def close(self) -> None:
-        """Nothing to release."""

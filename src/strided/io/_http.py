@@ -46,7 +46,8 @@ from collections import deque
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from .._errors import FormatError
+from .._core.errors import FormatError
+from .._core.limits import MAX_REDIRECTS
 
 __all__ = [
     "MAX_REDIRECTS",
@@ -59,7 +60,6 @@ __all__ = [
     "remember_token",
 ]
 
-MAX_REDIRECTS = 5
 RETRIES = 3
 BACKOFF_SECONDS = 0.25  # the first retry's wait; doubled for each one after
 CONNECT_TIMEOUT = 10.0

@@ -35,17 +35,17 @@ import re
 import struct
 from typing import Any
 
-from .._errors import DataError, FormatError, LimitError
+from .._core.errors import DataError, FormatError, LimitError
+from .._core.limits import MAX_PICKLE_LINE as _MAX_LINE
+from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
+from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
+from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
 from ._budget import OBJECT_BYTES, ParseBudget
 from ._pickle_data import IntKey, StorageRef, describe
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
 
 __all__ = ["MAX_MARKS", "MAX_MEMO", "MAX_OPCODES", "Machine", "interpret"]
 
-MAX_OPCODES = 1 << 24  # opcodes one pickle may run (each pushes at most one value)
-MAX_MEMO = 1 << 22  # memo entries
-MAX_MARKS = 256  # open MARKs at once
-_MAX_LINE = 1 << 16  # text arguments of protocol 0 opcodes
 _MEMO_INDICES = 1 << 32  # memo indices (binary opcodes cannot spell more)
 # Charges are added up and settled with the budget once they reach this many bytes (and
 # at the end): the budget is checked at most this late, and the hot loop stays cheap.

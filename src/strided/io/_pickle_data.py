@@ -20,9 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._dtype import DType
-from .._errors import DataError, FormatError, LimitError
-from .._limits import check_dims
+from .._core.dtype import DType
+from .._core.errors import DataError, FormatError, LimitError
+from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
+from .._core.limits import check_dims
 
 __all__ = [
     "Global",
@@ -40,8 +41,6 @@ __all__ = [
 ]
 
 SCALARS = (type(None), bool, int, float, str, bytes)
-# Far beyond any real storage; keeps byte strides of size-1 axes inside 64 bits.
-_MAX_STRIDE = 1 << 48
 
 
 class Global:

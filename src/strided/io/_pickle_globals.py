@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._dtype import DType
-from .._errors import FormatError, LimitError
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError
 from ._pickle_data import Global, ordered_dict, rebuild_parameter, rebuild_tensor, torch_size
 
 if TYPE_CHECKING:

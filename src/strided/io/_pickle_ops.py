@@ -19,8 +19,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._dtype import DType
-from .._errors import FormatError, LimitError
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_PICKLE_LONG_BYTES as _MAX_LONG_BYTES
+from .._core.limits import MAX_PICKLE_NUMBER_TEXT as _MAX_NUMBER_TEXT
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
 from ._pickle_data import SCALARS, Global, PickledSet, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS, UNSUPPORTED
@@ -30,8 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["HANDLERS", "NAMES", "REFUSED", "stop"]
 
-_MAX_LONG_BYTES = 256  # LONG4 payload (LONG1 cannot exceed 255 bytes either)
-_MAX_NUMBER_TEXT = 1024  # a protocol 0 INT, LONG or FLOAT argument, in characters
 
 _I32 = struct.Struct("<i").unpack_from
 _U16 = struct.Struct("<H").unpack_from

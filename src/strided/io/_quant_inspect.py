@@ -6,9 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from .._dtype import DType
-from .._inspect import TensorInspection, TensorInspectionOptions, inspection, sample_positions
-from .._shape import Shape
+from .._core.dtype import DType
+from .._core.shape import Shape
+from .._tensor.inspect import (
+    TensorInspection,
+    TensorInspectionOptions,
+    inspection,
+    sample_positions,
+)
 from ._ggml import GGMLType, sample
 
 __all__ = ["quantized_inspection"]

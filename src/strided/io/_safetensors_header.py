@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from .._dtype import DType
-from .._errors import FormatError, LimitError
-from .._limits import MAX_ELEMENTS, MAX_RANK
-from .._strict_json import loads_strict
+from .._core.dtype import DType
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_ELEMENTS, MAX_RANK
+from .._core.limits import MAX_SAFETENSORS_HEADER_BYTES as MAX_HEADER_BYTES
+from .._core.limits import MAX_SAFETENSORS_HEADER_DEPTH as _HEADER_DEPTH
+from .._kernels.strict_json import loads_strict
 from ._budget import ParseBudget
 from ._common import checked_shape, read_exact
 
 __all__ = ["DTYPE_BITS", "MAX_HEADER_BYTES", "REFERENCE_ORDER", "Entry", "parse_header"]
 
-# The reference implementation's cap on N.
-MAX_HEADER_BYTES = 100_000_000
-# Top-level object, tensor entry (or __metadata__), shape/offsets list.
-_HEADER_DEPTH = 3
 
 # Every dtype name the format defines, with its size in bits and its strided DType.
 # Names without a DType (sub-byte and exotic floats, complex) are validated like any

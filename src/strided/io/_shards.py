@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any, NamedTuple
 
-from .._errors import FormatError, LimitError
-from .._shape import Shape
+from .._core.errors import FormatError, LimitError
+from .._core.shape import Shape
 from ._common import fsync_path, label
 from ._safetensors_header import MAX_HEADER_BYTES, REFERENCE_ORDER
 

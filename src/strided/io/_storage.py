@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .._pieces import pieces
+from .._kernels.pieces import pieces
+from .._tensor.tensor import Tensor
 
 if TYPE_CHECKING:
-    from .._dtype import DType
-    from .._inspect import TensorInspection, TensorInspectionOptions
+    from .._core.dtype import DType
+    from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 
 __all__ = ["MappedStorage", "Storage"]
 
@@ -82,7 +83,6 @@ class MappedStorage:
         self, begin: int, dims: tuple[int, ...], dtype: DType, options: TensorInspectionOptions
     ) -> TensorInspection:
         """The tensor's inspection through a zero-copy view of the mapping."""
-        from .._tensor import Tensor
 
         nbytes = math.prod(dims) * dtype.itemsize
         view = self.raw[begin : begin + nbytes].view(dtype.numpy).reshape(dims)

@@ -39,8 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from .._construct import seal
-from .._errors import FormatError, LimitError
+from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_DEFLATE_RATIO as _MAX_RATIO
+from .._core.limits import MAX_ZIP_MEMBERS as MAX_MEMBERS
+from .._core.limits import MAX_ZIP_NAME_BYTES as MAX_NAME_BYTES
+from .._core.storage import seal
+from ._detect import ZIP_EMPTY_MAGIC, ZIP_MAGIC
 
 __all__ = [
     "MAX_MEMBERS",
@@ -53,9 +57,6 @@ __all__ = [
     "stored_bytes",
 ]
 
-MAX_MEMBERS = 1 << 20
-# All member names together; the directory of a real checkpoint is a few MiB at most.
-MAX_NAME_BYTES = 1 << 26
 STORED = 0
 DEFLATED = 8
 
@@ -64,11 +65,11 @@ _LOCATOR = struct.Struct("<IIQI")  # 20 bytes
 _EOCD64 = struct.Struct("<IQHHIIQQQQ")  # 56 bytes
 _CENTRAL = struct.Struct("<I6H3I5H2I")  # 46 bytes
 _LOCAL = struct.Struct("<I5H3I2H")  # 30 bytes
-_EOCD_SIG = 0x06054B50
+_EOCD_SIG = int.from_bytes(ZIP_EMPTY_MAGIC, "little")  # 0x06054B50
 _LOCATOR_SIG = 0x07064B50
 _EOCD64_SIG = 0x06064B50
 _CENTRAL_SIG = 0x02014B50
-_LOCAL_SIG = 0x04034B50
+_LOCAL_SIG = int.from_bytes(ZIP_MAGIC, "little")  # 0x04034B50
 _ZIP64_EXTRA = 0x0001
 _MAX_COMMENT = 0xFFFF
 _U16 = 0xFFFF
@@ -78,8 +79,6 @@ _ENCRYPTED_FLAGS = (1 << 0) | (1 << 6) | (1 << 13)
 _UTF8_FLAG = 1 << 11
 _AES_METHOD = 99
 _METHOD_NAMES = {STORED: "stored", DEFLATED: "deflate", _AES_METHOD: "AES-encrypted"}
-# Deflate codes at most 258 bytes per 2 bits, so no stream expands more than 1032-fold.
-_MAX_RATIO = 1032
 _IN_CHUNK = 1 << 20
 _OUT_CHUNK = 1 << 22
 

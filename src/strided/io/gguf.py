@@ -30,12 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from .._dtype import DType
-from .._errors import DTypeError, FormatError, IndexingError, LimitError
-from .._inspect import TensorInspection, TensorInspectionOptions, checked_options
-from .._memory import guard_function, guard_methods
-from .._shape import Shape
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, IndexingError, LimitError
+from .._core.limits import MAX_GGUF_DIMS as _MAX_DIMS
+from .._core.limits import MAX_GGUF_HEADER_FETCH as MAX_HEADER_FETCH
+from .._core.limits import MAX_GGUF_KEY_BYTES as _MAX_KEY_BYTES
+from .._core.limits import MAX_GGUF_METADATA_VALUES as MAX_METADATA_VALUES
+from .._core.limits import MAX_GGUF_NAME_BYTES as _MAX_NAME_BYTES
+from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._tensor.inspect import TensorInspection, TensorInspectionOptions, checked_options
+from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (
     PathLike,
@@ -47,6 +53,7 @@ from ._common import (
     open_regular,
     tensor_of,
 )
+from ._detect import GGUF_MAGIC
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
 from ._quant_inspect import quantized_inspection
@@ -61,13 +68,6 @@ __all__ = [
     "parse_gguf",
 ]
 
-MAX_STRING_BYTES = 1 << 26
-# A remote file's header is fetched as it is parsed, at most this many bytes in all.
-MAX_HEADER_FETCH = 1 << 28
-MAX_METADATA_VALUES = 1 << 24
-_MAX_KEY_BYTES = 65535
-_MAX_NAME_BYTES = 64
-_MAX_DIMS = 4
 _DEFAULT_ALIGNMENT = 32
 
 _U32 = struct.Struct("<I")
@@ -486,7 +486,7 @@ def parse_gguf(
     """
     where, size = reader.where, reader.size
     reader.need(4, "magic")
-    if bytes(reader.buf[0:4]) != b"GGUF":
+    if bytes(reader.buf[0:4]) != GGUF_MAGIC:
         raise FormatError(f"{where}: not a GGUF file (magic {bytes(reader.buf[0:4])!r})")
     reader.pos = 4
     version = reader.u32("version")

@@ -25,10 +25,11 @@ from typing import IO, Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from .._dtype import DType
-from .._errors import DTypeError, FormatError, LimitError
-from .._memory import guard_function
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.limits import MAX_NPY_HEADER_BYTES as MAX_HEADER_BYTES
+from .._core.memory import guard_function
+from .._tensor.tensor import Tensor
 from ._common import (
     PathLike,
     atomic_write,
@@ -41,6 +42,7 @@ from ._common import (
     tensor_of,
     write_logical,
 )
+from ._detect import NPY_MAGIC
 
 __all__ = [
     "HEAD_BYTES",
@@ -54,10 +56,8 @@ __all__ = [
     "save_npy",
 ]
 
-MAX_HEADER_BYTES = 10_000
 # The most bytes a header can take: magic, version, a u32 length, then the header.
 HEAD_BYTES = 12 + MAX_HEADER_BYTES
-_MAGIC = b"\x93NUMPY"
 _KEYS = frozenset({"descr", "fortran_order", "shape"})
 
 # descr -> (DType, stored byte order is big-endian). A closed table: descr text never
@@ -162,7 +162,7 @@ def parse_npy_header(head: bytes, size: int, where: str, container: str = "file"
     """
     if size < 10:
         raise FormatError(f"{where}: {size} bytes is too short for a .npy file")
-    if head[:6] != _MAGIC[: len(head)] or len(head) < 10:
+    if head[:6] != NPY_MAGIC[: len(head)] or len(head) < 10:
         _short_head(head, where)
     version = (head[6], head[7])
     if version not in ((1, 0), (2, 0), (3, 0)):
@@ -201,7 +201,7 @@ def parse_npy_header(head: bytes, size: int, where: str, container: str = "file"
 
 
 def _short_head(head: bytes, where: str) -> NoReturn:
-    if head[:6] != _MAGIC[: len(head)]:
+    if head[:6] != NPY_MAGIC[: len(head)]:
         raise FormatError(f"{where}: not a .npy file (bad magic)")
     raise FormatError(f"{where}: the data ends inside the .npy header ({len(head)} bytes)")
 
@@ -293,7 +293,7 @@ def npy_writer(tensor: Tensor) -> Callable[[IO[bytes]], None]:
     array: np.ndarray[Any, Any] = tensor.numpy()
 
     def write(file: IO[bytes]) -> None:
-        file.write(_MAGIC + b"\x01\x00" + len(header).to_bytes(2, "little"))
+        file.write(NPY_MAGIC + b"\x01\x00" + len(header).to_bytes(2, "little"))
         file.write(header)
         write_logical(file, array)
 

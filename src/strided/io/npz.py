@@ -40,18 +40,18 @@ from typing import Any
 
 import numpy as np
 
-from .._dtype import DType
-from .._errors import DTypeError, FormatError, IndexingError
-from .._inspect import (
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, IndexingError
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._tensor.inspect import (
     TensorInspection,
     TensorInspectionOptions,
     checked_options,
     inspection,
     sample_positions,
 )
-from .._memory import guard_function, guard_methods
-from .._shape import Shape
-from .._tensor import Tensor
+from .._tensor.tensor import Tensor
 from ._common import (
     PathLike,
     TensorNames,

@@ -49,12 +49,16 @@ from typing import Any
 
 import numpy as np
 
-from .._construct import seal, shaped
-from .._dtype import DType
-from .._errors import FormatError, IndexingError, LimitError
-from .._memory import guard_function, guard_methods
-from .._shape import Shape
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import FormatError, IndexingError, LimitError
+from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
+from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
+from .._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._core.storage import seal
+from .._tensor.construct import shaped
+from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
 from ._common import (
     PathLike,
@@ -67,20 +71,15 @@ from ._common import (
     open_regular,
     tensor_of,
 )
+from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
 from ._pickle import interpret
 from ._pickle_data import IntKey, PickledSet, StorageRef, TensorRef, TorchSize, describe
 from ._zip import read_zip, stored_bytes
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
 
-_ZIP_MAGIC = b"PK\x03\x04"
-_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
-_MAX_NESTING = 256  # dicts/lists/tuples inside each other
-_MAX_NAME = 1 << 16  # characters in a dotted name
 _LEAVES = (type(None), bool, int, float, str)
-# Byte-swapped storages of a big-endian archive kept for reuse (least recently used go).
-SWAPPED_CACHE_BYTES = 64 << 20
 
 Leaf = str | int | float | bool | list[int] | None
 
@@ -107,9 +106,9 @@ class _Shard:
             self.raw = map_file(file, size, path)
         self.big_endian = False
         storages: dict[str, StorageRef] = {}
-        if bytes(self.raw[:4]) == _ZIP_MAGIC:
+        if bytes(self.raw[:4]) == ZIP_MAGIC:
             root, pickle_bytes, self.spans = self._zip(storages, budget)
-        elif bytes(self.raw[:1]) == b"\x80":
+        elif bytes(self.raw[:1]) == bytes([PICKLE_PROTO]):
             root, pickle_bytes, self.spans = self._legacy(storages, budget)
         else:
             raise FormatError(
@@ -163,7 +162,7 @@ class _Shard:
     ) -> tuple[object, int, dict[str, int]]:
         where, data = self.where, memoryview(self.raw)  # type: ignore[arg-type]
         magic, pos = interpret(data, 0, where, budget=budget)
-        if type(magic) is not int or magic != _LEGACY_MAGIC:
+        if type(magic) is not int or magic != TORCH_LEGACY_MAGIC:
             raise FormatError(
                 f"{where}: not a torch.save file: the first pickle holds {describe(magic)}, "
                 "not the legacy magic number"

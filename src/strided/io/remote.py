@@ -22,19 +22,20 @@ from urllib.parse import quote, urljoin
 
 import numpy as np
 
-from .._construct import seal
-from .._errors import FormatError
-from .._inspect import inspection, sample_positions
-from .._shape import Shape
+from .._core.errors import FormatError
+from .._core.shape import Shape
+from .._core.storage import seal
+from .._tensor.inspect import inspection, sample_positions
 from . import _http
 from ._common import check_index_size, check_shard, parse_index
 from ._http import Connection
+from ._safetensors_header import parse_header
+from .gguf import GGUFFile, _Reader, parse_gguf
+from .safetensors import SafetensorsFile, _Shard
 
 if TYPE_CHECKING:
-    from .._dtype import DType
-    from .._inspect import TensorInspection, TensorInspectionOptions
-    from .gguf import GGUFFile
-    from .safetensors import SafetensorsFile
+    from .._core.dtype import DType
+    from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 
 __all__ = ["PROBE_BYTES", "RemoteStorage", "open_remote", "remote_gguf", "remote_safetensors"]
 
@@ -177,7 +178,6 @@ def remote_safetensors(storage: RemoteStorage, index: bool) -> SafetensorsFile:
 
     Shard URLs are the index's file names resolved relative to the index URL.
     """
-    from .safetensors import SafetensorsFile
 
     url = storage.url
     if not index:
@@ -200,8 +200,6 @@ def remote_safetensors(storage: RemoteStorage, index: bool) -> SafetensorsFile:
 
 
 def _shard(storage: RemoteStorage) -> Any:
-    from ._safetensors_header import parse_header
-    from .safetensors import _Shard
 
     file: Any = _RangeFile(storage)
     entries, metadata = parse_header(file, storage.size, storage.url)
@@ -210,7 +208,6 @@ def _shard(storage: RemoteStorage) -> Any:
 
 def remote_gguf(storage: RemoteStorage) -> GGUFFile:
     """A GGUF file, its header fetched in bounded steps as it is parsed."""
-    from .gguf import GGUFFile, _Reader, parse_gguf
 
     reader = _Reader(storage._head, storage.size, storage.url, storage.read)
     version, metadata, tensors = parse_gguf(reader)

@@ -23,11 +23,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from .._dtype import DType
-from .._errors import DTypeError, FormatError, IndexingError, LimitError
-from .._memory import guard_function, guard_methods
-from .._shape import Shape
-from .._tensor import Tensor
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, IndexingError, LimitError
+from .._core.memory import guard_function, guard_methods
+from .._core.shape import Shape
+from .._tensor.inspect import checked_options, sample_positions
+from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import (
     PathLike,
@@ -140,7 +141,6 @@ class SafetensorsFile(TensorNames):
         file inspect alike. BOOL bytes are checked where sampled (FormatError), and in a
         local file without ``copy``, all of them, as ``get`` does.
         """
-        from .._inspect import checked_options, sample_positions
 
         shard, entry = self._lookup(name)
         options = checked_options(options)

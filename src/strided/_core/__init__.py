@@ -1,0 +1,2 @@
+"""The bottom layer: errors, limits, dtypes, scalars, float layouts, shapes, indexing and
+the memory boundary. Imports nothing else of strided."""

@@ -1,0 +1,160 @@
+"""Opening a local checkpoint with the reader ``_detect``'s table picks: one opener per
+row of the table, bound by the row's name (a zip is PyTorch or ``.npz`` by its members,
+JSON a shard index or a tensor document by its first key), and ``open_detected``, the
+door's way in for local paths.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._core.limits import MAX_INDEX_BYTES
+from .._core.shape import Shape
+from .._kernels.strict_json import loads_strict
+from .._tensor.tensor import Tensor
+from ._budget import ParseBudget
+from ._common import check_index_size, file_size, map_file, open_regular
+from ._detect import HEAD_BYTES, JSON_SPACE, detect, matching
+from ._zip import DEFLATED, STORED, read_zip
+from .gguf import open_gguf
+from .npy import load_npy
+from .npz import open_npz
+from .pytorch import open_pytorch
+from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
+
+__all__ = ["OPENERS", "Opened", "SingleReader", "open_detected"]
+
+_INDEX_KEYS = (b'"metadata"', b'"weight_map"')
+_FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
+
+
+class Opened(NamedTuple):
+    """What an opener returns: the format's name for the door, and its reader."""
+
+    kind: str
+    reader: Any
+
+
+def _open_gguf(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    return Opened("gguf", open_gguf(where, copy=copy, budget=budget))
+
+
+def _open_safetensors(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    return Opened("safetensors", SafetensorsFile(where, [_Shard(where, budget)], copy))
+
+
+def _open_zip(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    with open_regular(where) as file:
+        raw = map_file(file, file_size(file), where)
+    members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
+    if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
+        return _open_pickle(where, copy, budget)
+    return Opened("npz", open_npz(where, copy))
+
+
+def _open_npy(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
+
+
+def _open_pickle(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    return Opened("pytorch", open_pytorch(where, copy, budget=budget))
+
+
+def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    with open_regular(where) as file:
+        size = file_size(file)
+        head = file.read(_FIRST_KEY_BYTES)
+        if not _is_index(head):
+            # A strided tensor document: its parser bounds the work by the text's size.
+            data = head + file.read()
+            return Opened("json", SingleReader(Path(where).stem, Tensor.from_json(data)))
+    check_index_size(size, where)  # at the file's size, before the index is read
+    if _first_shard_format(where) == "pickle":
+        return Opened("pytorch", open_pytorch(where, copy, budget=budget))
+    return Opened("safetensors", SafetensorsFile(where, _index_shards(where, budget), copy))
+
+
+def _is_index(head: bytes) -> bool:
+    """Whether a JSON text's first key is one only a shard index has."""
+    body = head.lstrip(JSON_SPACE)[1:].lstrip(JSON_SPACE)
+    return body.startswith(_INDEX_KEYS)
+
+
+def _first_shard_format(index: str) -> str:
+    """The table's name for the format of the index's first shard (by its first bytes).
+
+    ``"safetensors"`` when the shard cannot be found or read: the safetensors index
+    reader then validates the whole index and every shard and names the problem.
+    """
+    with open_regular(index) as file:
+        parsed = loads_strict(file.read(MAX_INDEX_BYTES + 1), index, 16)
+    shards = parsed.get("weight_map") if type(parsed) is dict else None
+    first = next(iter(shards.values()), None) if type(shards) is dict else None
+    if type(first) is not str or os.path.basename(first) != first or first in ("", ".", ".."):
+        return "safetensors"
+    try:
+        with open_regular(os.path.join(os.path.dirname(index), first)) as file:
+            size = file_size(file)
+            head = file.read(HEAD_BYTES)
+    except OSError:
+        return "safetensors"
+    found = matching(head, size)
+    return "pickle" if found is not None and found.name in ("zip", "pickle") else "safetensors"
+
+
+# The opener of each row of ``_detect.FORMATS``, by the row's name.
+OPENERS: dict[str, Callable[[str, bool, ParseBudget], Opened]] = {
+    "gguf": _open_gguf,
+    "safetensors": _open_safetensors,
+    "zip": _open_zip,
+    "npy": _open_npy,
+    "pickle": _open_pickle,
+    "json": _open_json,
+}
+
+
+def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    """Open a local file or folder with the reader the table picks for it.
+
+    A folder is a set of ``*.safetensors`` shards. A path that cannot be opened raises
+    its OSError unchanged; content the chosen reader refuses is its DataError.
+    """
+    if os.path.isdir(where):
+        return Opened("safetensors", open_safetensors(where, copy))
+    with open_regular(where) as file:
+        size = file_size(file)
+        head = file.read(HEAD_BYTES)
+    return OPENERS[detect(head, size, where).name](where, copy, budget)
+
+
+class SingleReader:
+    """One tensor already in hand (``.npy``, a strided JSON document), named ``name``."""
+
+    __slots__ = ("name", "tensor")
+
+    def __init__(self, name: str, tensor: Tensor) -> None:
+        self.name = name
+        self.tensor = tensor
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Always empty: these files carry no metadata."""
+        return {}
+
+    def keys(self) -> list[str]:
+        """The one name."""
+        return [self.name]
+
+    def info(self, name: str) -> tuple[str, Shape]:
+        """The tensor's dtype name and shape."""
+        return self.tensor.dtype.name, self.tensor.shape
+
+    def get(self, name: str) -> Tensor:
+        """The tensor (the one name is checked by the caller)."""
+        return self.tensor
+
+    def close(self) -> None:
+        """Nothing to release."""

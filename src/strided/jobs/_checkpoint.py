@@ -1,0 +1,488 @@
+"""One door for every checkpoint file: ``open_checkpoint`` and the ``Checkpoint`` mapping.
+
+The format is recognized from the file's first bytes, never from its name, by the one
+ordered table of ``strided.io._detect`` (GGUF, safetensors framing, zip, ``.npy``,
+pickle, JSON; a folder of shards). Each format's reader does the validation and charges
+what it builds to the open's one parse budget; this module only gives every format the
+same read-only ``Mapping[str, Tensor]`` face.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol
+
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.limits import MAX_EXPANSION
+from .._core.memory import guard_function, guard_methods
+from .._core.scalar import Scalar
+from .._core.shape import Shape
+from .._kernels.digest import combine, hash_array, hash_pieces, stored_digest
+from .._tensor.inspect import TensorInspection, TensorInspectionOptions
+from .._tensor.tensor import Tensor
+from ..io._budget import ParseBudget
+from ..io._common import label
+from ..io._detect import HEAD_BYTES, detect
+from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
+from ..io._http import is_url
+from ..io._open import open_detected
+from ..io._safetensors_header import DTYPE_BITS
+from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
+from ._metadata_text import metadata_digest
+
+__all__ = [
+    "Checkpoint",
+    "TensorInfo",
+    "admit",
+    "digest_of",
+    "has_dtype",
+    "open_checkpoint",
+]
+
+FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
+_DTYPES = {dtype.name: dtype for dtype in DType}
+
+
+class TensorInfo(NamedTuple):
+    """A tensor as its file's header describes it, without reading its data.
+
+    ``dtype`` is a ``DType`` name, or the stored type's own name where strided has no
+    DType for it (``"Q4_K"``, ``"F4"``). ``byte_len`` is the stored size in bytes: what
+    the file holds of the tensor. That is ``numel x itemsize`` for a plain tensor, the
+    stored blocks of a quantized GGUF tensor, and for a PyTorch view whose elements
+    repeat (``expand``) only the storage its distinct elements occupy, so
+    ``torch.zeros(1).expand(2**33)`` stores 4 bytes. ``logical_len`` is the size of
+    its logical values.
+    """
+
+    name: str
+    dtype: str
+    shape: Shape
+    byte_len: int
+
+    @property
+    def logical_len(self) -> int:
+        """The bytes of the logical values, ``numel x itemsize``: what a whole-tensor job
+        reads, hashes or writes. Equal to ``byte_len`` except for an expanded PyTorch
+        view (larger); for a stored type strided has no DType for, ``byte_len``."""
+        dtype = _DTYPES.get(self.dtype)
+        return self.byte_len if dtype is None else self.shape.numel * dtype.itemsize
+
+
+class _Reader(Protocol):
+    """What a format's reader offers the door (the file classes of ``strided.io``)."""
+
+    def keys(self) -> list[str]: ...
+    def get(self, name: str) -> Tensor: ...
+    def close(self) -> None: ...
+
+
+@guard_methods
+class Checkpoint(Mapping[str, Tensor]):
+    """An opened checkpoint of any supported format: a read-only mapping name -> Tensor.
+
+    Made by ``open_checkpoint``. ``ckpt[name]`` loads one tensor: zero-copy wherever the
+    stored bytes are plain little-endian elements (the file must then not be modified
+    or truncated while the tensor lives; open with ``copy=True`` for tensors
+    independent of the file), block-quantized GGUF tensors dequantized to F32. A
+    missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
+    strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
+    ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
+    ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``;
+    ``close()`` or ``with`` releases the reader (tensors already loaded stay valid).
+    """
+
+    __slots__ = ("_float32_keys", "_format", "_infos", "_metadata", "_path", "_reader")
+
+    def __init__(
+        self,
+        path: str,
+        kind: str,
+        reader: _Reader,
+        infos: dict[str, TensorInfo],
+        metadata: dict[str, Any],
+    ) -> None:
+        """Private: use ``open_checkpoint``."""
+        self._path = path
+        self._format = kind
+        self._reader: _Reader | None = reader
+        self._infos = infos
+        self._metadata = metadata
+        self._float32_keys: frozenset[str] = frozenset()
+
+    @property
+    def format(self) -> str:
+        """``"safetensors"``, ``"gguf"``, ``"npy"``, ``"npz"``, ``"pytorch"`` or ``"json"``."""
+        return self._format
+
+    @property
+    def path(self) -> str:
+        """The path (or URL) the checkpoint was opened from."""
+        return self._path
+
+    @property
+    def unreadable(self) -> dict[str, str]:
+        """A fresh dict ``{name: reason}`` of the members the file holds but strided
+        cannot read (``.npz``: string, object, structured arrays); their names are not
+        keys. ``{}`` for formats without such members, and once closed."""
+        return dict(getattr(self._reader, "unreadable", {}))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A fresh copy of the checkpoint's metadata (``{}`` when it has none).
+
+        safetensors: the ``__metadata__`` strings; GGUF: the key-value pairs; PyTorch:
+        the plain leaves beside the tensors, under their dotted names.
+        """
+        return {key: _copied(value) for key, value in self._metadata.items()}
+
+    def display_metadata(self) -> dict[str, Any]:
+        """``metadata`` for people: GGUF FLOAT32 values as their shortest F32 text's value.
+
+        A GGUF FLOAT32 ``1e-05`` is stored as the F32 nearest to it, which as a Python
+        float prints ``9.999999747378752e-06``; here it is the float of F32's shortest
+        round-trip text (``1e-05``), which rounds back to the same F32.
+        """
+        shown = self.metadata
+        for key in self._float32_keys:
+            value = shown[key]
+            shown[key] = [_f32(v) for v in value] if isinstance(value, list) else _f32(value)
+        return shown
+
+    def info(self, name: str) -> TensorInfo:
+        """The tensor's name, dtype name, shape and stored byte length, from the header."""
+        found = self._infos.get(name) if type(name) is str else None
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def inspect(
+        self, name: str, options: TensorInspectionOptions | None = None
+    ) -> TensorInspection:
+        """Inspect tensor ``name`` reading only its sampled elements.
+
+        For a block-quantized GGUF tensor only the blocks holding samples are decoded.
+        """
+        self.info(name)  # KeyError for a missing name
+        reader = self._open_reader()
+        inspect = getattr(reader, "inspect", None)
+        if inspect is not None:
+            found: TensorInspection = inspect(name, options)
+            return found
+        tensor = self[name]
+        return tensor.inspect() if options is None else tensor.inspect(options)
+
+    def digest(self, *, allow_expanded: bool = False) -> str:
+        """The checkpoint's content digest: 64 lowercase hex digits.
+
+        SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n`` for every tensor, names sorted
+        by their UTF-8 bytes (``\\``, newline and tab in a name written ``\\\\``,
+        ``\\n``, ``\\t``), where each tensor's digest is ``Tensor.digest()`` (a tensor
+        of a stored type strided cannot decode, such as a quantized GGUF tensor, hashes
+        its stored bytes under that type's name). Independent of the file format,
+        shard split, tensor order and metadata. Reads every tensor once, a bounded
+        piece at a time.
+
+        A tensor whose logical size (``info(name).logical_len``) is more than
+        ``MAX_EXPANSION`` (2**20) times its stored bytes (``byte_len``: a PyTorch
+        ``expand`` view) is a LimitError naming it, raised before any data is read,
+        unless ``allow_expanded=True``: then it is hashed by its logical bytes like any
+        tensor, which costs time in its logical size (memory stays bounded).
+        """
+        names = list(admit(self, self, allow_expanded))
+        return combine((name, digest_of(self, name)) for name in names)
+
+    def metadata_digest(self) -> str:
+        """The metadata's digest: 64 lowercase hex digits, the same in every format.
+
+        SHA-256 of the lines ``KEY\\tCANONICAL\\n``, keys sorted by their UTF-8 bytes,
+        key and text escaped as names are (``\\\\``, ``\\n``, ``\\t``). CANONICAL is the
+        value's text: a str itself, an int decimal, a bool ``true``/``false``, None
+        ``null``, a float the shortest text of its stored type (a GGUF FLOAT32 value as
+        F32, a Python float as F64), bytes ``b64:`` and base64, a list the compact JSON
+        array of its elements' texts (``ensure_ascii=False``), a dict the JSON object of
+        its values' texts, keys sorted. The stored type is not part of it (a GGUF u32
+        ``4096`` and a safetensors ``"4096"`` are equal). ``format``,
+        ``general.alignment`` and ``split.*`` keys are left out: they describe the file,
+        not the model. A GGUF tokenizer is digested whole; nothing is copied.
+        """
+        return metadata_digest(self._metadata, self._float32_keys)
+
+    def _stored(self, name: str) -> Any:
+        """Private: the stored bytes of tensor ``name`` as a flat read-only uint8 array.
+
+        For safetensors and GGUF files (the formats with stored types strided cannot
+        decode); DTypeError for the others.
+        """
+        self.info(name)
+        reader = self._open_reader()
+        if isinstance(reader, _GGUFReader):
+            return reader.handle.raw(name).numpy()
+        if self._format == "safetensors":
+            return reader.stored(name)  # type: ignore[attr-defined]
+        raise DTypeError(f"{self._path}: {self._format} tensors have no separate stored bytes")
+
+    def _chunks(self, name: str, first: int = 0, last: int | None = None) -> Iterator[Any] | None:
+        """Private: stored bytes ``[first, last)`` of tensor ``name`` (all by default) as
+        bounded flat uint8 pieces, in order.
+
+        For safetensors and GGUF, whose tensors are stored as their logical row-major
+        little-endian bytes (or as the blocks a quantized digest hashes): views of a
+        mapped file, or streamed from a remote one. None for the other formats.
+        """
+        self.info(name)
+        reader = self._open_reader()
+        if isinstance(reader, _GGUFReader):
+            found: Iterator[Any] = reader.handle.chunks(name, first, last)
+            return found
+        if self._format == "safetensors":
+            found = reader.chunks(name, first, last)  # type: ignore[attr-defined]
+            return found
+        return None
+
+    def readable(self, name: str) -> bool:
+        """Whether ``ckpt[name]`` can decode the tensor's stored type."""
+        dtype = self.info(name).dtype
+        return dtype in _DTYPES or (self._format == "gguf" and _dequantizable(dtype))
+
+    def __getitem__(self, name: str) -> Tensor:
+        self.info(name)
+        return self._open_reader().get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._infos))
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return type(name) is str and name in self._infos
+
+    def close(self) -> None:
+        """Release the file; tensors already loaded stay valid. Closing twice is fine."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _open_reader(self) -> _Reader:
+        if self._reader is None:
+            raise FormatError(f"{self._path}: the checkpoint is closed")
+        return self._reader
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self._path!r}, format={self._format!r}, {len(self._infos)} tensors)"
+
+
+def _f32(value: float) -> float:
+
+    return float(str(Scalar(DType.F32, value)))
+
+
+def has_dtype(type_name: str) -> bool:
+    """Whether a stored type name (``TensorInfo.dtype``) is a strided DType's name."""
+    return type_name in _DTYPES
+
+
+def _copied(value: Any) -> Any:
+    return [_copied(item) for item in value] if isinstance(value, list) else value
+
+
+def _dequantizable(type_name: str) -> bool:
+
+    return type_name in DEQUANTIZABLE
+
+
+@guard_function
+def open_checkpoint(
+    path: str | os.PathLike[str] | bytes,
+    copy: bool = False,
+    *,
+    token: str | None = None,
+    timeout: float | tuple[float, float] | None = None,
+) -> Checkpoint:
+    """Open any supported checkpoint, recognizing its format from its first bytes.
+
+    safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
+    ``.npy``, ``.npz``, PyTorch checkpoints (zip and legacy, read without running them;
+    also sharded through ``pytorch_model.bin.index.json``) and strided JSON. Headers are
+    validated at once; tensor data is read only when a tensor is asked for. ``copy=True``
+    makes every tensor a copy independent of the file. A path that cannot be opened
+    raises the OSError unchanged; an unrecognized or malformed file is a FormatError
+    (LimitError for caps) naming the file.
+
+    An ``http://`` or ``https://`` URL of a safetensors file, a
+    ``*.safetensors.index.json`` (shards resolved relative to it) or a GGUF file is read
+    with HTTP range requests (needs ``pip install 'strided[remote]'``): headers and
+    metadata at once within fixed budgets, ``inspect`` only the sampled elements,
+    ``ckpt[name]`` exactly that tensor's bytes (tensors are copies in memory, as with
+    ``copy=True``), ``digest()`` streaming each tensor in bounded pieces. ``token`` is
+    sent as a bearer token only to the URL's origin (scheme, host, port), never across
+    a redirect to another; without it, ``HF_TOKEN`` is sent only to the Hugging Face
+    endpoint (``https://huggingface.co`` or ``HF_ENDPOINT``). ``timeout`` is seconds
+    for connecting and for each read, or a ``(connect, read)`` pair; a header or sample
+    request also fails once ``timeout`` (the read figure) seconds have passed since it
+    started, and a tensor streamed whole is abandoned when any ``timeout``-second window
+    brings less than 64 KiB per second (``token`` and ``timeout`` are ignored for a
+    local path, so one call serves both). A refused connection or a failed name lookup
+    fails at once; a URL that does not parse is a FormatError. Network and HTTP
+    failures are OSError (FileNotFoundError for 404), a misbehaving server a
+    FormatError, each naming the URL. ``close()`` closes the HTTP client.
+    """
+
+    if is_url(path):
+        assert isinstance(path, str)
+        return _remote(path, token, timeout)
+    where = label(path)
+    kind, reader = open_detected(where, copy, ParseBudget(where))
+    if kind == "safetensors":
+        return _from_safetensors(where, reader)
+    if kind == "gguf":
+        return _from_gguf(where, reader)
+    if kind == "pytorch":
+        return _from_pytorch(where, reader)
+    return _from_reader(where, kind, reader)
+
+
+def _from_safetensors(where: str, reader: Any) -> Checkpoint:
+
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        # Sized by bits: also for dtypes strided cannot hold (F4 packs two per byte).
+        byte_len = shape.numel * DTYPE_BITS[dtype_name][1] // 8
+        infos[name] = TensorInfo(name, dtype_name, shape, byte_len)
+    return Checkpoint(where, "safetensors", reader, infos, reader.metadata)
+
+
+def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
+
+    storage = open_remote(url, token, timeout)
+    try:
+        head = storage.read(0, min(storage.size, HEAD_BYTES))
+        kind = sniffed(storage, detect(head, storage.size, url).name)
+        if kind == "gguf":
+            return _from_gguf(url, remote_gguf(storage))
+        return _from_safetensors(url, remote_safetensors(storage, kind == "index"))
+    except BaseException:
+        storage.close()
+        raise
+
+
+def _from_gguf(where: str, handle: Any) -> Checkpoint:
+
+    sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
+    infos = {}
+    for name in handle.keys():
+        type_name, shape = handle.info(name)
+        block_size, block_bytes = sizes[type_name]
+        infos[name] = TensorInfo(name, type_name, shape, shape.numel // block_size * block_bytes)
+    checkpoint = Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
+    checkpoint._float32_keys = frozenset(
+        key for key, kind in handle.metadata_types.items() if kind in ("FLOAT32", "ARRAY[FLOAT32]")
+    )
+    return checkpoint
+
+
+class _GGUFReader:
+    """A GGUF file whose ``get`` dequantizes block-quantized tensors."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def keys(self) -> list[str]:
+        return list(self.handle.keys())
+
+    def get(self, name: str) -> Tensor:
+        tensor: Tensor = self.handle.get(name, dequantize=_dequantizable(self.handle.info(name)[0]))
+        return tensor
+
+    def inspect(self, name: str, options: TensorInspectionOptions | None) -> TensorInspection:
+        # Decodes only the blocks that hold the samples.
+        found: TensorInspection = self.handle.inspect(name, options)
+        return found
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _from_pytorch(where: str, reader: Any) -> Checkpoint:
+    """A PyTorch reader: sizes are the storage each view's distinct elements occupy."""
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
+    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
+
+
+def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
+    """A reader whose ``info`` gives (DType name, shape) of readable tensors."""
+    infos = {}
+    for name in reader.keys():
+        dtype_name, shape = reader.info(name)
+        itemsize = _DTYPES[dtype_name].itemsize if dtype_name in _DTYPES else 0
+        infos[name] = TensorInfo(name, dtype_name, shape, shape.numel * itemsize)
+    return Checkpoint(where, kind, reader, infos, reader.metadata)
+
+
+def digest_of(
+    checkpoint: Checkpoint, name: str, report: Callable[[int], None] | None = None
+) -> str:
+    """The digest of tensor ``name`` of an open checkpoint (stored bytes where undecodable).
+
+    Tensors of a strided DType hash their values' bytes (a quantized GGUF tensor is NOT
+    dequantized: its stored blocks are hashed under the ggml type's name).
+    """
+    info = checkpoint.info(name)
+    chunks = checkpoint._chunks(name)
+    if chunks is not None:
+        # Stored as the bytes hashed (safetensors, GGUF): streamed, never held whole.
+        return hash_pieces(info.dtype, info.shape, chunks, report)
+    if has_dtype(info.dtype):
+        tensor = checkpoint[name]
+        return hash_array(tensor.dtype.name, tensor.shape, tensor.numpy(), report)
+    return stored_digest(info.dtype, info.shape, checkpoint._stored(name), report)
+
+
+_EXPANSION_BITS = MAX_EXPANSION.bit_length() - 1  # MAX_EXPANSION is a power of two
+
+
+def admit(
+    checkpoint: Checkpoint, names: Iterable[str], allow_expanded: bool = False
+) -> dict[str, TensorInfo]:
+    """The header facts of the tensors a job is about to read, by name, in order.
+
+    Every job calls this before it reads any tensor data. A tensor whose logical size
+    (``TensorInfo.logical_len``) is more than ``MAX_EXPANSION`` times its stored bytes
+    (``byte_len``: a PyTorch ``expand`` view, whose few stored bytes describe a huge
+    tensor) is a LimitError naming the file and the tensor, unless ``allow_expanded``:
+    the job's time (never its memory) would grow with the logical size. Reads headers
+    only; KeyError for a name not in the checkpoint.
+    """
+    infos = {}
+    for name in names:
+        info = checkpoint.info(name)
+        logical = info.logical_len
+        if not allow_expanded and logical > info.byte_len * MAX_EXPANSION:
+            raise LimitError(
+                f"{checkpoint.path}: tensor {name!r}: logical size {logical} bytes is more "
+                f"than 2^{_EXPANSION_BITS} x its {info.byte_len} stored bytes (an expanded "
+                "view); pass --allow-expanded (allow_expanded=True) to process it"
+            )
+        infos[name] = info
+    return infos
