@@ -7,30 +7,13 @@ before it makes the list, so a 16 MB header can no longer build 600 MB of ints.
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import strided as st
-
-_CHILD = """
-import json, sys, tracemalloc, time
-import strided as st
-tracemalloc.start()  # NumPy's buffers are traced too; a child's RSS peak is inherited
-start = time.perf_counter()
-try:
-    st.open_checkpoint(sys.argv[1])
-    outcome = "opened"
-except st.DataError as error:
-    outcome = type(error).__name__ + ": " + str(error)
-grew = tracemalloc.get_traced_memory()[1] // 1024
-print(json.dumps({"outcome": outcome, "grew_kib": grew,
-                  "seconds": time.perf_counter() - start}))
-"""
+from tests.budgetchild import opened_in_child
 
 
 def int8_array_gguf(path: Path, count: int, value: int = -100) -> Path:
@@ -39,18 +22,6 @@ def int8_array_gguf(path: Path, count: int, value: int = -100) -> Path:
     header += struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 1, count)
     path.write_bytes(header + struct.pack("<b", value) * count)
     return path
-
-
-def opened_in_child(path: Path) -> dict[str, object]:
-    found = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    result: dict[str, object] = json.loads(found.stdout)
-    return result
 
 
 def test_a_header_of_small_ints_cannot_build_gigabytes(tmp_path: Path) -> None:

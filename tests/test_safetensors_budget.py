@@ -8,29 +8,14 @@ objects per byte of text -- is refused before any object exists, while a real he
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
 
 import strided as st
-
-_CHILD = """
-import json, sys, tracemalloc
-import strided as st
-tracemalloc.start()  # NumPy's buffers are traced too; a child's RSS peak is inherited
-try:
-    st.open_checkpoint(sys.argv[1])
-    outcome = "opened"
-except st.DataError as error:
-    outcome = type(error).__name__ + ": " + str(error)
-grew = tracemalloc.get_traced_memory()[1] // 1024
-print(json.dumps({"outcome": outcome, "grew_kib": grew}))
-"""
+from tests.budgetchild import opened_in_child
 
 
 def test_a_header_of_tiny_objects_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
@@ -38,14 +23,7 @@ def test_a_header_of_tiny_objects_is_refused_before_it_is_parsed(tmp_path: Path)
     header = ("{" + ",".join(f'"k{i:07d}":{{}}' for i in range(count)) + "}").encode()
     path = tmp_path / "tiny.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header)
-    found = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    result = json.loads(found.stdout)
+    result = opened_in_child(path)
     assert result["outcome"].startswith("LimitError"), result
     assert "JSON objects" in result["outcome"]
     assert result["grew_kib"] < 100 * 1024, result  # nothing of the 600 MB was built

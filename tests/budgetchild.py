@@ -1,0 +1,39 @@
+"""Open a checkpoint in a child process and report what the open built (tracemalloc).
+
+tracemalloc, not ``ru_maxrss``: a child's RSS peak is inherited from its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+_CHILD = """
+import json, sys, tracemalloc, time
+import strided as st
+tracemalloc.start()  # NumPy's buffers are traced too
+start = time.perf_counter()
+try:
+    st.open_checkpoint(sys.argv[1])
+    outcome = "opened"
+except st.DataError as error:
+    outcome = type(error).__name__ + ": " + str(error)
+grew = tracemalloc.get_traced_memory()[1] // 1024
+print(json.dumps({"outcome": outcome, "grew_kib": grew,
+                  "seconds": time.perf_counter() - start}))
+"""
+
+
+def opened_in_child(path: Path) -> dict[str, object]:
+    """``{"outcome", "grew_kib", "seconds"}`` of ``open_checkpoint(path)`` in a child."""
+    found = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(found.stdout)
+    return result
