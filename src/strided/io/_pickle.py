@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from .._core.errors import DataError, FormatError, LimitError
@@ -41,7 +42,8 @@ from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
 from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
 from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
 from ._budget import OBJECT_BYTES, ParseBudget
-from ._pickle_data import IntKey, StorageRef, describe
+from ._pickle_data import Global, IntKey, StorageRef, describe
+from ._pickle_globals import GLOBALS
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
 
 __all__ = ["MAX_MARKS", "MAX_MEMO", "MAX_OPCODES", "Machine", "interpret"]
@@ -69,14 +71,18 @@ class Machine:
         "end",
         "frame_end",
         "granted",
+        "imports",
         "label",
+        "lenient",
         "limit",
         "memo",
         "metastack",
         "owed",
         "pos",
+        "protocol",
         "stack",
         "storages",
+        "table",
         "where",
     )
 
@@ -87,8 +93,15 @@ class Machine:
         where: str,
         storages: dict[str, StorageRef] | None,
         budget: ParseBudget,
+        table: Mapping[str, Global] = GLOBALS,
+        lenient: bool = False,
+        imports: dict[tuple[str, str], None] | None = None,
     ) -> None:
         self.data = data
+        self.table = table
+        self.lenient = lenient
+        self.imports: dict[tuple[str, str], None] = {} if imports is None else imports
+        self.protocol = 0  # until a PROTO opcode says otherwise (protocols 0 and 1 have none)
         self.pos = self.at = self.granted = start
         self.owed = 0
         self.end = self.limit = len(data)  # ``limit``: the end of the current frame, if any
@@ -266,6 +279,9 @@ def interpret(
     storages: dict[str, StorageRef] | None = None,
     *,
     budget: ParseBudget | None = None,
+    table: Mapping[str, Global] = GLOBALS,
+    lenient: bool = False,
+    imports: dict[tuple[str, str], None] | None = None,
 ) -> tuple[object, int]:
     """Run the pickle starting at ``data[start]`` as data; returns (value, end offset).
 
@@ -273,12 +289,20 @@ def interpret(
     ``None`` refuses persistent ids. What the run builds is charged to ``budget`` (a
     fresh one for ``where`` when None), which is granted the pickle's bytes as they are
     read. ``data`` is only read, never copied whole; the value shares no memory with it
-    (texts and bytes are copies). Raises FormatError for anything but plain data,
-    LimitError when a cap or the budget is reached; never imports or calls anything the
-    data names.
+    (texts and bytes are copies).
+
+    ``table`` is the allow-list of globals understood as data (``GLOBALS`` unless a
+    reader of a related format extends it). With ``lenient=True`` any other global
+    becomes an inert ``Record`` (never imported or called). ``imports`` (when given)
+    receives every ``(module, name)`` a ``GLOBAL``/``STACK_GLOBAL``/``INST`` names, in
+    first-use order, after the protocol 0-2 renaming (``__builtin__`` -> ``builtins``);
+    it is filled as the run goes, so it holds what was named before a failure too.
+
+    Raises FormatError for anything else, LimitError when a cap or the budget is
+    reached; never imports or calls anything the data names.
     """
     spent = ParseBudget(where) if budget is None else budget
-    machine = Machine(data, start, where, storages, spent)
+    machine = Machine(data, start, where, storages, spent, table, lenient, imports)
     try:
         value, end = machine.run()
     except DataError:

@@ -3,7 +3,8 @@
 ``Global`` is an allow-listed name held as a marker; ``StorageRef`` a storage that a
 persistent id names; ``TensorRef`` a tensor that ``_rebuild_tensor_v2``/``_v3`` or
 ``_rebuild_parameter`` describes (a view of a storage); ``TorchSize`` and ``PickledSet``
-hold a ``torch.Size`` and a set as data; ``IntKey`` is an int dict key.
+hold a ``torch.Size`` and a set as data; ``IntKey`` is an int dict key; a ``Record`` is
+an object of a global that only lenient mode admits, held inert.
 
 Nothing a file wrote is ever hashed by its raw Python value: an int's hash is the int
 modulo 2**61 - 1, so a file could make thousands of keys collide and every insert walk
@@ -29,6 +30,7 @@ __all__ = [
     "Global",
     "IntKey",
     "PickledSet",
+    "Record",
     "StorageRef",
     "TensorRef",
     "TorchSize",
@@ -46,7 +48,7 @@ SCALARS = (type(None), bool, int, float, str, bytes)
 class Global:
     """An allow-listed global held as data: a rebuild rule, a storage type or a dtype."""
 
-    __slots__ = ("dtype", "kind", "name", "rule")
+    __slots__ = ("dtype", "kind", "name", "origin", "rule")
 
     def __init__(
         self,
@@ -54,11 +56,43 @@ class Global:
         kind: str,
         dtype: DType | None = None,
         rule: Callable[[Any, tuple[Any, ...]], object] | None = None,
+        origin: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name  # "module.qualname"
-        self.kind = kind  # "call", "storage", "untyped" or "dtype"
+        self.kind = kind  # "call", "storage", "untyped", "dtype" or "record"
         self.dtype = dtype
         self.rule = rule
+        self.origin = origin  # (module, qualname) of a "record" global
+
+
+class Record:
+    """An object of a global strict mode does not understand, held inert (lenient mode).
+
+    Made by ``REDUCE``/``NEWOBJ``/``NEWOBJ_EX``/``INST``/``OBJ`` of a lenient global:
+    ``module`` and ``name`` say what the file named (never imported), ``args`` the
+    arguments it was given (``kwargs`` those of ``NEWOBJ_EX``), ``state`` what ``BUILD``
+    gave it (None until then), ``items`` what ``SETITEM(S)`` stored (keys as dict keys
+    are held: str or ``IntKey``) and ``listed`` what ``APPEND(S)`` added. ``callee`` is
+    the record that was "called" when the file applies a record's result again
+    (``getattr(x, "system")("ls")``): nothing is ever called, the chain is only kept.
+    """
+
+    __slots__ = ("args", "callee", "items", "kwargs", "listed", "module", "name", "state")
+
+    def __init__(
+        self, module: str, name: str, args: tuple[Any, ...], callee: Record | None = None
+    ) -> None:
+        self.module = module
+        self.name = name
+        self.args = args
+        self.callee = callee
+        self.kwargs: dict[Any, Any] = {}
+        self.state: object = None
+        self.items: dict[Any, Any] = {}
+        self.listed: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"Record({self.module}.{self.name})"
 
 
 class StorageRef:
@@ -209,6 +243,8 @@ def describe(value: object) -> str:
         return repr(value)
     if isinstance(value, Global):
         return value.name
+    if type(value) is Record:
+        return f"a {value.module}.{value.name}"[:160]
     if type(value) is IntKey:
         return describe(value.value)
     return _KINDS.get(type(value), f"a {type(value).__name__}")

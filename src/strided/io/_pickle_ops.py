@@ -24,8 +24,8 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PICKLE_LONG_BYTES as _MAX_LONG_BYTES
 from .._core.limits import MAX_PICKLE_NUMBER_TEXT as _MAX_NUMBER_TEXT
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
-from ._pickle_data import SCALARS, Global, PickledSet, StorageRef, TensorRef, describe
-from ._pickle_globals import GLOBALS, UNSUPPORTED
+from ._pickle_data import SCALARS, Global, PickledSet, Record, StorageRef, TensorRef, describe
+from ._pickle_records import build_record, call_record, extend_record, resolve, set_record_items
 
 if TYPE_CHECKING:
     from ._pickle import Machine
@@ -65,6 +65,7 @@ def _proto(m: Machine) -> None:
     version = _u8(m)
     if version > 5:
         raise m.fail(f"unsupported protocol {version}")
+    m.protocol = version
 
 
 def _pop(m: Machine) -> None:
@@ -176,19 +177,16 @@ def _persistent(m: Machine, pid: object) -> None:
 
 
 def _global(m: Machine, module: object, name: object) -> None:
-    if type(module) is not str or type(name) is not str:
-        raise m.fail("module and name must be strings")
-    full = f"{module}.{name}"
-    found = GLOBALS.get(full)
-    if found is None:
-        reason = UNSUPPORTED.get(full, "is not an allowed global (nothing is imported)")
-        raise m.fail(f"{full[:120]} {reason}")
-    m.stack.append(found)
+    m.stack.append(resolve(m, module, name))
 
 
 def _reduce(m: Machine) -> None:
     args = m.pop()
     func = m.pop()
+    record = call_record(m, func, args)
+    if record is not None:
+        m.stack.append(record)
+        return
     if not isinstance(func, Global) or func.rule is None:
         raise m.fail(f"cannot apply {describe(func)}: only allow-listed rebuild rules apply")
     if type(args) is not tuple:
@@ -218,11 +216,17 @@ def _build(m: Machine) -> None:
         return  # a state dict's ``_metadata``: kept out of the tensors
     if type(target) is TensorRef and target.parameter:
         return  # a parameter's Python attributes: not tensor data
+    if type(target) is Record:
+        build_record(m, target, state)
+        return
     raise m.fail(f"BUILD on {describe(target)} (only an OrderedDict or a parameter)")
 
 
 def _setitems(m: Machine, items: list[Any]) -> None:
     target = m.top()
+    if type(target) is Record:
+        set_record_items(m, target, items)
+        return
     if type(target) is not dict and type(target) is not OrderedDict:
         raise m.fail(f"cannot set items on {describe(target)}")
     if len(items) % 2:
@@ -249,6 +253,9 @@ def _new(m: Machine, kind: type[Any], what: str) -> None:
 
 def _extend(m: Machine, items: list[Any]) -> None:
     target = m.top()
+    if type(target) is Record:
+        extend_record(m, target, items)
+        return
     if type(target) is not list:
         raise m.fail(f"cannot append to {describe(target)}")
     m.spend(ITEM_BYTES * len(items), "list items")
@@ -330,6 +337,40 @@ def _frozenset(m: Machine) -> None:
     m.stack.append(_set_of(m, items, PickledSet(frozen=True)))
 
 
+def _new_object(m: Machine, cls: object, args: object, what: str) -> None:
+    """``NEWOBJ``/``NEWOBJ_EX``/``INST``/``OBJ``: an object of ``cls``, a record or refused."""
+    record = call_record(m, cls, args)
+    if record is None:
+        raise m.fail(f"{what} of {describe(cls)} (only lenient records are made this way)")
+    m.stack.append(record)
+
+
+def _newobj(m: Machine) -> None:
+    args = m.pop()
+    _new_object(m, m.pop(), args, "NEWOBJ")
+
+
+def _newobj_ex(m: Machine) -> None:
+    kwargs = m.pop()
+    args = m.pop()
+    _new_object(m, m.pop(), args, "NEWOBJ_EX")
+    if type(kwargs) is not dict:
+        raise m.fail(f"keyword arguments must be a dict, found {describe(kwargs)}")
+    m.top().kwargs = kwargs
+
+
+def _inst(m: Machine) -> None:
+    found = resolve(m, m.text(m.line()), m.text(m.line()))
+    _new_object(m, found, tuple(m.pop_mark()), "INST")
+
+
+def _obj(m: Machine) -> None:
+    items = m.pop_mark()
+    if not items:
+        raise m.fail("OBJ needs a class after its MARK")
+    _new_object(m, items[0], tuple(items[1:]), "OBJ")
+
+
 _Handler = Callable[["Machine"], None]
 
 # The opcodes of protocols 0-5 that build plain data: (code, name, handler).
@@ -390,6 +431,10 @@ _OPCODES: list[tuple[str, str, _Handler]] = [
     ("c", "GLOBAL", lambda m: _global(m, m.text(m.line()), m.text(m.line()))),
     ("\x93", "STACK_GLOBAL", lambda m: _global(m, *reversed([m.pop(), m.pop()]))),
     ("R", "REDUCE", _reduce),
+    ("\x81", "NEWOBJ", _newobj),
+    ("\x92", "NEWOBJ_EX", _newobj_ex),
+    ("i", "INST", _inst),
+    ("o", "OBJ", _obj),
     ("b", "BUILD", _build),
     ("Q", "BINPERSID", lambda m: _persistent(m, m.pop())),
     ("P", "PERSID", lambda m: _persistent(m, m.text(m.line()))),
@@ -399,12 +444,8 @@ for _code, _, _handler in _OPCODES:
     HANDLERS[ord(_code)] = _handler
 NAMES = {ord(code): name for code, name, _ in _OPCODES}
 
-# Opcodes that exist but can only create or call arbitrary objects.
+# Opcodes that exist but can only name objects by registry codes or pass buffers.
 REFUSED = {
-    ord("i"): "INST",
-    ord("o"): "OBJ",
-    0x81: "NEWOBJ",
-    0x92: "NEWOBJ_EX",
     0x82: "EXT1",
     0x83: "EXT2",
     0x84: "EXT4",

@@ -1,0 +1,110 @@
+"""Globals as the interpreter resolves them, and the inert records of lenient mode.
+
+``resolve`` turns what ``GLOBAL``/``STACK_GLOBAL``/``INST`` name into the marker the
+stack holds: the name is first renamed as Python's unpickler renames the globals of
+protocols 0-2 (``__builtin__.set`` -> ``builtins.set``, ``copy_reg`` -> ``copyreg``,
+``commands`` -> ``subprocess``; the tables are the standard library's
+``_compat_pickle``, plain dictionaries of names), recorded in the machine's
+``imports`` (first use, charged to the parse budget), then looked up in the allow-list.
+A name outside it is a FormatError in strict mode; in lenient mode it becomes a
+``Global`` of kind ``"record"``.
+
+Applying a record global (``REDUCE``, ``NEWOBJ``, ``NEWOBJ_EX``, ``INST``, ``OBJ``) makes
+a ``Record`` holding the arguments; ``BUILD``, ``SETITEM(S)`` and ``APPEND(S)`` on a
+record store what they are given. Nothing is imported, looked up or called: a record is
+the file's words, kept as data for the reader to walk.
+"""
+
+from __future__ import annotations
+
+from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+from typing import TYPE_CHECKING, Any
+
+from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
+from ._pickle_data import Global, Record, describe
+from ._pickle_globals import UNSUPPORTED
+
+if TYPE_CHECKING:
+    from ._pickle import Machine
+
+__all__ = ["build_record", "call_record", "extend_record", "resolve", "set_record_items"]
+
+
+def renamed(module: str, name: str, protocol: int) -> tuple[str, str]:
+    """``(module, name)`` as Python's unpickler reads it in a pickle of ``protocol``."""
+    if protocol >= 3:
+        return module, name
+    found = NAME_MAPPING.get((module, name))
+    if found is not None:
+        return found
+    return IMPORT_MAPPING.get(module, module), name
+
+
+def resolve(m: Machine, module: object, name: object) -> Global:
+    """The marker for global ``module.name``; records the import first (even if refused)."""
+    if type(module) is not str or type(name) is not str:
+        raise m.fail("module and name must be strings")
+    module, name = renamed(module, name, m.protocol)
+    if (module, name) not in m.imports:
+        m.spend(TEXT_BYTES + ITEM_BYTES + len(module) + len(name), "imports")
+        m.imports[(module, name)] = None
+    full = f"{module}.{name}"
+    found = m.table.get(full)
+    if found is not None:
+        return found
+    if m.lenient:
+        m.spend(OBJECT_BYTES + len(full), "globals")
+        return Global(full, "record", origin=(module, name))
+    reason = UNSUPPORTED.get(full, "is not an allowed global (nothing is imported)")
+    raise m.fail(f"{full[:120]} {reason}")
+
+
+def call_record(m: Machine, func: object, args: object) -> Record | None:
+    """The record ``func(*args)`` makes when ``func`` is a record global or a record.
+
+    Returns None when ``func`` is neither (the caller applies its own rules).
+    """
+    if isinstance(func, Global) and func.kind == "record":
+        module, name = func.origin
+        callee = None
+    elif type(func) is Record:
+        module, name, callee = func.module, func.name, func
+    else:
+        return None
+    if type(args) is not tuple:
+        raise m.fail(f"{module}.{name}: arguments must be a tuple, found {describe(args)}")
+    m.spend(OBJECT_BYTES + ITEM_BYTES * len(args), "records")
+    if (module, name) == ("copyreg", "_reconstructor") and callee is None and args:
+        # Protocols 0 and 1 make an object as _reconstructor(cls, base, state): a record
+        # of ``cls`` (the base's state, given for builtin bases, is kept as its args).
+        made = args[0]
+        if isinstance(made, Global) and made.kind == "record":
+            return Record(*made.origin, args[2:])
+    return Record(module, name, args, callee)
+
+
+def build_record(m: Machine, record: Record, state: object) -> None:
+    """``BUILD`` on a record: keep its state (a second dict state updates the first)."""
+    if type(record.state) is dict and type(state) is dict:
+        m.spend(ITEM_BYTES * len(state), "record state")
+        record.state.update(state)
+    else:
+        record.state = state
+
+
+def set_record_items(m: Machine, record: Record, items: list[Any]) -> None:
+    """``SETITEM(S)`` on a record: its items, keyed as dict keys are (one value per key)."""
+    if len(items) % 2:
+        raise m.fail("an odd number of items (keys and values come in pairs)")
+    m.spend(ITEM_BYTES * len(items), "record items")
+    for index in range(0, len(items), 2):
+        key = m.key(items[index])
+        if key in record.items:
+            raise m.fail(f"item {describe(key)} is set twice on {describe(record)}")
+        record.items[key] = items[index + 1]
+
+
+def extend_record(m: Machine, record: Record, items: list[Any]) -> None:
+    """``APPEND(S)`` on a record: what it lists, in order."""
+    m.spend(ITEM_BYTES * len(items), "record items")
+    record.listed.extend(items)
