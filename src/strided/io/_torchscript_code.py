@@ -166,7 +166,7 @@ class CodeIndex:
         self._left = MAX_CODE_BYTES
 
     def member_name(self, module: str) -> str:
-        """The member holding ``module``'s classes: ``__torch__.a`` is in ``code/__torch__/a.py``."""
+        """The member holding ``module``'s classes (``__torch__.a``: ``code/__torch__/a.py``)."""
         return f"{self._prefix}code/{module.replace('.', '/')}.py"
 
     def lookup(self, module: str, name: str) -> ClassDecl | None:

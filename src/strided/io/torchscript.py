@@ -8,7 +8,9 @@ strided reads it as data:
 
 * ``data.pkl`` is interpreted by ``_pickle`` with the allow-list of ``torch.save``
   files, plus ``torch.jit._pickle.build_{int,double,bool,tensor}list`` and
-  ``restore_type_tag`` (each returns the value it is given), and every
+  ``restore_type_tag`` (each returns the value it is given), the typed storages
+  TorchScript names for the element types ``torch.save`` stores untyped
+  (``torch.UInt16Storage``, ``torch.Float8_e4m3fnStorage``, ...), and every
   ``__torch__.*`` global held as an inert record (the scripted classes; never imported
   or called). Any other global is refused as for a ``torch.save`` file, naming it;
   with ``lenient=True`` it becomes an inert record too.
@@ -130,10 +132,22 @@ class _ScriptGlobals(Mapping[str, Global]):
         return len(self._fixed)
 
 
+# TorchScript's pickler names a storage after its element type's C++ name, also for the
+# types ``torch.save`` writes as untyped storages (torch.jit.load reads them all).
+_SCRIPT_STORAGES = {
+    "UInt16Storage": DType.U16, "UInt32Storage": DType.U32, "UInt64Storage": DType.U64,
+    "Float8_e4m3fnStorage": DType.F8_E4M3, "Float8_e5m2Storage": DType.F8_E5M2,
+    "Float8_e8m0fnuStorage": DType.F8_E8M0,
+}  # fmt: skip
+
 # The fixed part of what a TorchScript data.pkl may name (the scripted classes aside).
 TORCHSCRIPT_GLOBALS: dict[str, Global] = {
     **GLOBALS,
     **{name: Global(name, "call", rule=rule) for name, rule in _JIT_RULES.items()},
+    **{
+        f"torch.{name}": Global(f"torch.{name}", "storage", dtype)
+        for name, dtype in _SCRIPT_STORAGES.items()
+    },
 }
 
 
