@@ -152,6 +152,9 @@ MAX_ZIP_MEMBERS = 1 << 20
 MAX_ZIP_NAME_BYTES = 1 << 26
 # Deflate codes at most 258 bytes per 2 bits, so no stream expands more than 1032-fold.
 MAX_DEFLATE_RATIO = 1032
+# The code/ members of one TorchScript archive inflated to find the declarations (real
+# archives hold a few MiB of code); each is inflated whole, one at a time.
+MAX_TORCHSCRIPT_CODE_BYTES = 1 << 26
 
 # Pickles (PyTorch checkpoints, read as data)
 MAX_PICKLE_OPCODES = 1 << 24  # opcodes one pickle may run (each pushes at most one value)

@@ -12,8 +12,9 @@ from its name. The entries are tried in this order, and the first that accepts w
    ``PK\\x03\\x04`` (``N = 0x04034B50``), the byte ``0x80`` (``N % 256 == 128``) or ``{``
    (``N % 256 == 123``); the other formats cannot pass this check (their bytes 0-7 read
    as a length far beyond the cap, or byte 8 is not ``{``).
-3. ``zip``: local-file or empty-archive magic; a PyTorch archive when it holds
-   ``<folder>/data.pkl``, otherwise ``.npz``.
+3. ``zip``: local-file or empty-archive magic; a TorchScript archive when it holds
+   ``<folder>/data.pkl``, ``<folder>/constants.pkl`` and ``<folder>/code/`` members, a
+   PyTorch archive when it holds ``<folder>/data.pkl``, otherwise ``.npz``.
 4. ``npy``: the magic ``\\x93NUMPY``.
 5. ``pickle``: ``\\x80`` and a protocol number 2-5 (a legacy ``torch.save`` file).
 6. ``json``: optional whitespace then ``{``: a shard index when its first key is

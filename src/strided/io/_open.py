@@ -1,7 +1,7 @@
 """Opening a local checkpoint with the reader ``_detect``'s table picks: one opener per
-row of the table, bound by the row's name (a zip is PyTorch or ``.npz`` by its members,
-JSON a shard index or a tensor document by its first key), and ``open_detected``, the
-door's way in for local paths.
+row of the table, bound by the row's name (a zip is TorchScript, PyTorch or ``.npz`` by
+its members, JSON a shard index or a tensor document by its first key), and
+``open_detected``, the door's way in for local paths.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .npy import load_npy
 from .npz import open_npz
 from .pytorch import open_pytorch
 from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
+from .torchscript import is_torchscript, open_torchscript
 
 __all__ = ["OPENERS", "Opened", "SingleReader", "open_detected"]
 
@@ -50,6 +51,8 @@ def _open_zip(where: str, copy: bool, budget: ParseBudget) -> Opened:
     with open_regular(where) as file:
         raw = map_file(file, file_size(file), where)
     members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
+    if is_torchscript(members):
+        return Opened("pytorch", open_torchscript(where, copy, budget=budget))
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
         return _open_pickle(where, copy, budget)
     return Opened("npz", open_npz(where, copy))
