@@ -5,6 +5,7 @@ ever loads archives these tests wrote, and only in a child process."""
 
 from __future__ import annotations
 
+import enum
 import json
 import struct
 import subprocess
@@ -265,6 +266,32 @@ def test_random_module_trees(tmp_path: Path) -> None:
     expected = oracle(paths)
     for path in paths:
         assert_matches(path, expected[str(path)])
+
+
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+class WithEnum(nn.Module):
+    """TorchScript pickles an Enum attribute as its class applied to the bare value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 3)
+        self.color = Color.GREEN
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.color == Color.RED:
+            return x
+        return self.lin(x)
+
+
+def test_an_enum_attribute_is_data(tmp_path: Path) -> None:
+    path = tmp_path / "enum.pt"
+    with quiet():
+        torch.jit.script(WithEnum()).save(str(path))
+    assert_matches(path, oracle([path])[str(path)])
 
 
 def test_views_are_zero_copy_and_tied_weights_share(

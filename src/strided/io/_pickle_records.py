@@ -72,7 +72,9 @@ def call_record(m: Machine, func: object, args: object) -> Record | None:
     else:
         return None
     if type(args) is not tuple:
-        raise m.fail(f"{module}.{name}: arguments must be a tuple, found {describe(args)}")
+        # TorchScript's pickler applies an Enum class to its value alone; kept as one
+        # argument (Python's unpickler would refuse it, but nothing is called here).
+        args = (args,)
     m.spend(OBJECT_BYTES + ITEM_BYTES * len(args), "records")
     if (module, name) == ("copyreg", "_reconstructor") and callee is None and args:
         # Protocols 0 and 1 make an object as _reconstructor(cls, base, state): a record
