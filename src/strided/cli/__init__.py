@@ -303,16 +303,21 @@ def _add_convert(commands: _Commands) -> None:
     convert = _command(
         commands,
         "convert",
-        "convert a checkpoint to safetensors (file or shards), .npy or .json",
+        "convert a checkpoint to safetensors (file or shards), GGUF, .npy or .json",
         "The format of DST follows its extension. DST must not exist: an existing file\n"
         "or folder is refused unless --overwrite is given, and then replaced whole\n"
         "(an empty folder counts as absent). Atomic for every format: the output is\n"
-        "written under a temporary name and renamed; a failure leaves nothing behind.",
+        "written under a temporary name and renamed; a failure leaves nothing behind.\n"
+        "A .gguf DST takes F32, F16, BF16 or a block type as --dtype, given to weight\n"
+        "tensors of rank >= 2 as llama.cpp does (--keep exempts tensors), and with\n"
+        "--max-shard-size writes llama.cpp's split parts DST-00001-of-0000N.gguf.",
         "strided convert model.gguf model.safetensors --dtype BF16",
     )
     convert.add_argument("path", metavar="SRC", help=_PATH)
     convert.add_argument(
-        "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (with a shard size)"
+        "dst",
+        metavar="DST",
+        help="*.safetensors, *.gguf, *.npy, *.json, or a folder (with a shard size)",
     )
     convert.add_argument(
         "--dtype",
@@ -322,11 +327,19 @@ def _add_convert(commands: _Commands) -> None:
     )
     convert.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     convert.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="GGUF output: tensors matching this glob keep their float type (repeatable)",
+    )
+    convert.add_argument(
         "--max-shard-size",
         type=_size,
         default=None,
         metavar="SIZE",
-        help="write a Hugging Face shard folder, shards at most SIZE (5GB, 500MB, 2GiB)",
+        help="write a Hugging Face shard folder (GGUF: split parts), shards at most SIZE "
+        "(5GB, 500MB, 2GiB)",
     )
     convert.add_argument(
         "--overwrite",
@@ -474,9 +487,12 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
     return value
 
 
-def _float_dtype(text: str) -> DType:
+def _float_dtype(text: str) -> DType | str:
     from .._core.dtype import DType
+    from ..jobs._gguf_plan import OUTPUT_TYPES
 
+    if text.upper() in OUTPUT_TYPES and text.upper() not in DType.__members__:
+        return text.upper()  # a GGUF block type
     try:
         dtype = DType.parse(text)
     except DataError as error:
