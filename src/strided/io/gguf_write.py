@@ -40,9 +40,12 @@ __all__ = [
     "GGUFLayout",
     "KeyValue",
     "TensorSpec",
+    "alignment_of",
+    "check_tensor",
     "encode_kv",
     "gguf_layout",
     "stored_bytes",
+    "tensor_info",
     "value_type",
 ]
 
@@ -325,7 +328,8 @@ def check_tensor(spec: TensorSpec, where: str) -> None:
         )
 
 
-def _tensor_info(spec: TensorSpec, offset: int) -> bytes:
+def tensor_info(spec: TensorSpec, offset: int) -> bytes:
+    """A tensor info as stored: name, dims innermost first, ggml type id, relative offset."""
     name = spec.name.encode("utf-8")
     dims = tuple(spec.shape)[::-1] or (1,)
     return b"".join(
@@ -365,7 +369,7 @@ def gguf_layout(
         if spec.name in seen:
             raise FormatError(f"{where}: tensor {spec.name!r} is given twice")
         seen.add(spec.name)
-        infos.append(_tensor_info(spec, position))
+        infos.append(tensor_info(spec, position))
         relative[spec.name] = position
         position += _padded(stored_bytes(spec.type, spec.shape), alignment)
     head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), count)
