@@ -66,10 +66,14 @@ def encode_range(
     target = DType[out]
     try:
         converted = convert_array(values, source.dtype, target)
-    except RangeError:
+    except RangeError as error:
+        found = error
         if has_dtype(checkpoint.info(name).dtype):
-            _convert_distinct(checkpoint[name], target)  # raises, naming the element
-        raise RangeError(f"{where}: a value does not fit {out}") from None
+            try:
+                _convert_distinct(checkpoint[name], target)
+            except RangeError as whole:
+                found = whole  # names the element's index in the tensor
+        raise RangeError(f"{where}: {found}") from None
     return np.ascontiguousarray(converted).reshape(-1).view(np.uint8)
 
 
