@@ -453,3 +453,112 @@ def test_quantized_source_tensors_are_dequantized_first(
     assert found["blk.0.attn_q.weight"][2] == quants.quantize(exact, Q.F16).tobytes()
     # Not a weight the rules convert: copied block for block.
     assert found[norm] == ("Q8_0", (8, 64), blocks.tobytes())
+
+
+# -- block types ----------------------------------------------------------------------------
+
+BLOCKS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4"]
+F32_VALUES = hs.one_of(
+    hs.floats(-1e4, 1e4, width=32),
+    hs.sampled_from([0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, 3e38, -3e38, 65504.0]),
+    hs.integers(0, 2**31 - 1)
+    .map(lambda b: float(np.uint32(b & 0x7F7FFFFF).view(np.float32)))
+    .filter(lambda x: x <= 3e38),  # the kernels' own tests cover the top binade
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=hs.sampled_from(BLOCKS),
+    rows=hs.integers(1, 3),
+    data=hs.data(),
+)
+def test_block_types_are_bit_identical_to_gguf_quantize(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, rows: int, data: hs.DataObject
+) -> None:
+    size = 256 if kind.startswith("TQ") else 32 * data.draw(hs.integers(1, 3))
+    values = np.array(data.draw(hs.lists(F32_VALUES, min_size=rows * size,
+                                          max_size=rows * size)), dtype=np.float32)  # fmt: skip
+    values = values.reshape(rows, size)
+    path = tmp_path_factory.mktemp("b") / "b.gguf"
+    st.save_gguf(path, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)}, types=kind)
+    found = read_tensors(path)["blk.0.ffn_up.weight"]
+    with np.errstate(all="ignore"):
+        expected = quants.quantize(values, Q[kind])
+    assert found == (kind, (rows, size), expected.tobytes())
+    with st.open_checkpoint(path) as back, np.errstate(all="ignore"):
+        assert np.array_equal(
+            back["blk.0.ffn_up.weight"].numpy(), quants.dequantize(expected, Q[kind]),
+            equal_nan=True,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_block_with_nan_or_infinity_names_the_tensor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: float
+) -> None:
+    values = np.ones((4, 64), np.float32)
+    values[3, 40] = bad
+    source = tmp_path / "s.safetensors"
+    st.save_safetensors(source, {"blk.1.attn_output.weight": st.Tensor.from_numpy(values)})
+    out = tmp_path / "o.gguf"
+    status, _, err = cli(capsys, "convert", str(source), str(out), "--dtype", "Q8_0")
+    assert status == 1
+    assert "attn_output.weight" in err and "row 3" in err and "column 40" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.safetensors"]
+    with pytest.raises(st.RangeError, match="attn_output"):
+        st.save_gguf(out, {"blk.1.attn_output.weight": st.Tensor.from_numpy(values)}, types="Q4_0")
+
+
+def test_rows_that_are_not_whole_blocks_fall_back_to_f16(tmp_path: Path) -> None:
+    path = tmp_path / "f.gguf"
+    rng = np.random.default_rng(4)
+    tensors = {
+        "blk.0.attn_q.weight": rng.standard_normal((4, 64)).astype(np.float32),
+        "blk.0.attn_k.weight": rng.standard_normal((4, 48)).astype(np.float32),
+        "blk.0.attn_v.weight": rng.standard_normal(64).astype(np.float32),
+    }
+    st.save_gguf(path, {k: st.Tensor.from_numpy(v) for k, v in tensors.items()}, types="Q8_0")
+    found = read_tensors(path)
+    assert found["blk.0.attn_q.weight"][2] == quants.quantize(tensors["blk.0.attn_q.weight"],
+                                                               Q.Q8_0).tobytes()  # fmt: skip
+    assert found["blk.0.attn_k.weight"][:2] == ("F16", (4, 48))
+    assert found["blk.0.attn_v.weight"][0] == "F32"
+    assert ("general.file_type", "UINT32", 7) in read_kvs(path)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_f16_gguf_to_q8_0_keeps_key_values_in_order_with_types(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: str
+) -> None:
+    source = tmp_path / "f16.gguf"
+    tensors = f16_model(source)
+    out = tmp_path / "q8.gguf"
+    status, _, err = cli(capsys, "convert", str(source), str(out), "--dtype", "Q8_0",
+                         "--jobs", jobs)  # fmt: skip
+    assert status == 0, err
+    expected = [
+        (key, kind, 7 if key == "general.file_type" else value)
+        for key, kind, value in read_kvs(source)
+    ]
+    assert read_kvs(out) == expected
+    found = read_tensors(out)
+    for name in ("token_embd.weight", "blk.0.attn_q.weight", "output.weight"):
+        values = tensors[name].astype(np.float32)
+        assert found[name] == ("Q8_0", values.shape, quants.quantize(values, Q.Q8_0).tobytes())
+    assert found["blk.0.attn_norm.weight"][0] == "F32"
+    assert found["blk.0.ffn_gate_inp.weight"][0] == "F16"
+    # A Q8_0 source converted to Q8_0 again is copied block for block.
+    again = tmp_path / "again.gguf"
+    assert cli(capsys, "convert", str(out), str(again), "--dtype", "Q8_0")[0] == 0
+    assert read_tensors(again) == found
+
+
+def test_block_type_needs_a_gguf_destination(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "s.safetensors"
+    st.save_safetensors(source, {"w": st.Tensor.from_numpy(np.ones((2, 32), np.float32))})
+    status, _, err = cli(capsys, "convert", str(source), str(tmp_path / "o.safetensors"),
+                         "--dtype", "Q8_0")  # fmt: skip
+    assert status == 2 and ".gguf" in err

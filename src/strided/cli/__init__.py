@@ -327,7 +327,8 @@ def _add_convert(commands: _Commands) -> None:
         "--dtype",
         type=_float_dtype,
         default=None,
-        help="convert floating tensors to this float dtype (integers and BOOL stay as they are)",
+        help="convert floating tensors to this float dtype (integers and BOOL stay as they are); "
+        "for .gguf also Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, TQ2_0 or MXFP4",
     )
     convert.add_argument("--name", default="*", help="only tensors whose name matches this glob")
     convert.add_argument(

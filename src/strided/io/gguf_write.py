@@ -31,6 +31,7 @@ from .._core.limits import MAX_GGUF_DIMS, MAX_GGUF_KEY_BYTES, MAX_GGUF_NAME_BYTE
 from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
 from .._core.shape import Shape
 from ._ggml import GGML_TYPES, GGMLType
+from ._quantize import QUANTIZABLE
 
 __all__ = [
     "BLOCK_TYPES",
@@ -51,9 +52,9 @@ __all__ = [
 
 DEFAULT_ALIGNMENT = 32
 GGML_BY_NAME: dict[str, GGMLType] = {kind.name: kind for kind in GGML_TYPES.values()}
-# The block types written by quantizing float32 rows (those ``gguf.quants.quantize``
-# produces besides plain F32, F16 and BF16).
-BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4")
+# The block types written by quantizing float32 rows (``_quantize``: those
+# ``gguf.quants.quantize`` produces besides plain F32, F16 and BF16).
+BLOCK_TYPES = tuple(sorted(QUANTIZABLE))
 # ``general.file_type`` (llama.cpp's ``llama_ftype``) for each type ``--dtype`` writes.
 FILE_TYPES = {
     "F32": 0,

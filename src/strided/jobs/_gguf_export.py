@@ -31,9 +31,11 @@ from .._kernels.convert import convert_array
 from .._kernels.pieces import pieces
 from .._tensor.tensor import Tensor
 from ..io._common import PathLike, fsync_path, label
+from ..io._quantize import QUANTIZABLE, quantize
 from ..io._shards import OutputFile, Sweeper, check_file_target, naming
 from ..io.gguf_split import part_name
 from ..io.gguf_write import (
+    GGML_BY_NAME,
     GGUFLayout,
     KeyValue,
     alignment_of,
@@ -56,13 +58,24 @@ def encode_range(
 ) -> np.ndarray[Any, Any]:
     """Elements ``[start, stop)`` of tensor ``name`` as the bytes of ggml type ``out``.
 
-    ``start`` and ``stop`` are whole blocks of ``out``. RangeError naming the tensor
-    (and, for a plain type, the first element) for a finite value beyond the target's
-    range.
+    ``start`` and ``stop`` are whole blocks of ``out`` (whole rows when a row fits a
+    chunk). A plain type is the exact conversion of ``Tensor.convert``: RangeError
+    naming the tensor and the element for a finite value beyond its range. A block type
+    quantizes the values as float32 rows (exactly ``gguf.quants.quantize``): RangeError
+    naming the tensor, the rows and the block for a block holding NaN or infinity.
     """
     where = f"{checkpoint.path}: tensor {name!r}"
     source = Source(checkpoint, name, tensor)
     values = source.values(start, stop)
+    if out in QUANTIZABLE:
+        row = checkpoint.info(name).shape[-1]
+        if start % row == 0 and (stop - start) % row == 0:
+            rows = _float32(values, source.dtype, where).reshape(-1, row)
+            at = f" (row numbers from {start // row})" if start else ""
+        else:  # part of one long row
+            rows = _float32(values, source.dtype, where).reshape(1, -1)
+            at = f" (the row of elements from {start})"
+        return quantize(np.ascontiguousarray(rows), out, where + at).reshape(-1)
     target = DType[out]
     try:
         converted = convert_array(values, source.dtype, target)
@@ -75,6 +88,26 @@ def encode_range(
                 found = whole  # names the element's index in the tensor
         raise RangeError(f"{where}: {found}") from None
     return np.ascontiguousarray(converted).reshape(-1).view(np.uint8)
+
+
+def _float32(values: np.ndarray[Any, Any], dtype: DType, where: str) -> np.ndarray[Any, Any]:
+    """Values as float32: exact from F16, BF16 and the 8-bit floats; rounded once from F64."""
+    if dtype is DType.F32:
+        return values
+    try:
+        return convert_array(values, dtype, DType.F32)
+    except RangeError as error:
+        raise RangeError(f"{where}: {error}") from None
+
+
+def _chunk(item: GGUFItem) -> int:
+    """Elements per task: whole rows when a row fits ``_CHUNK_ELEMENTS``, else whole
+    blocks of one long row (every block size divides ``_CHUNK_ELEMENTS``)."""
+    shape = item.spec.shape
+    row = shape[-1] if len(shape) else 1
+    if item.mode != "quantize" or not 0 < row <= _CHUNK_ELEMENTS:
+        return _CHUNK_ELEMENTS
+    return _CHUNK_ELEMENTS // row * row
 
 
 GGUFTask = tuple[str, str, int, int, str]
@@ -235,11 +268,11 @@ def _fill(
             except DataError as error:
                 raise JobError(checkpoint.path, name, str(error)) from None
             continue
-        numel = item.spec.shape.numel
-        per_value = item.byte_len // numel if numel else 0
-        for start in range(0, numel, _CHUNK_ELEMENTS):
-            tasks.append((path, name, start, min(start + _CHUNK_ELEMENTS, numel), out))
-            places.append((output, offset + start * per_value))
+        numel, step = item.spec.shape.numel, _chunk(item)
+        kind = GGML_BY_NAME[out]
+        for start in range(0, numel, step):
+            tasks.append((path, name, start, min(start + step, numel), out))
+            places.append((output, offset + start // kind.block_size * kind.block_bytes))
     for (output, offset), data in zip(places, runner.imap(gguf_task, tasks), strict=True):
         output.write(offset, data)
         advance(data.size)
@@ -346,8 +379,9 @@ def _write_here(checkpoint: Checkpoint, part: _Part) -> None:
                 continue
             name, numel = item.spec.name, item.spec.shape.numel
             tensor = checkpoint[name] if has_dtype(checkpoint.info(name).dtype) else None
-            for start in range(0, numel, _CHUNK_ELEMENTS):
-                stop = min(start + _CHUNK_ELEMENTS, numel)
+            step = _chunk(item)
+            for start in range(0, numel, step):
+                stop = min(start + step, numel)
                 data = encode_range(checkpoint, name, start, stop, item.spec.type, tensor)
                 part.output.write(offset, data)
                 offset += data.size

@@ -33,6 +33,7 @@ from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError
 from ..io._ggml import DEQUANTIZABLE, ZERO_COPY
 from ..io.gguf_write import (
+    BLOCK_TYPES,
     FILE_TYPES,
     GGML_BY_NAME,
     KeyValue,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["OUTPUT_TYPES", "GGUFItem", "gguf_key_values", "plan_gguf"]
 
 # Every type a GGUF output can be asked for as a whole (``--dtype``).
-OUTPUT_TYPES = ("F32", "F16", "BF16")
+OUTPUT_TYPES = ("F32", "F16", "BF16", *BLOCK_TYPES)
 _EXCLUDED = ("_norm.weight", "ffn_gate_inp", "pos_embd", "token_types", "ssm_conv1d")
 _PLAIN_FLOATS = ("F32", "F16", "BF16", "F64")
 
@@ -111,7 +112,7 @@ def plan_gguf(
                     f"{checkpoint.path}: tensor {name!r}: {stored} values cannot be decoded "
                     f"to become {out}"
                 )
-            mode = "convert"
+            mode = "quantize" if out in BLOCK_TYPES else "convert"
         spec = TensorSpec(name, out, info.shape)
         items.append(GGUFItem(spec, mode, stored_bytes(out, info.shape)))
     return items
@@ -148,7 +149,7 @@ def _check_asked(checkpoint: Checkpoint, name: str, stored: str, out: str) -> No
         return
     if out not in GGML_BY_NAME:
         raise FormatError(f"types: {name!r}: {str(out)[:40]!r} is not a ggml type")
-    if not _is_float(stored) or out not in _PLAIN_FLOATS:
+    if not _is_float(stored) or out not in (*_PLAIN_FLOATS, *BLOCK_TYPES):
         raise DTypeError(
             f"{checkpoint.path}: tensor {name!r}: {stored} cannot be written as {out} "
             "(float tensors become F32, F16, BF16, F64 or a block type; others keep their type)"
