@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 from typing import IO
 
 from .._core.errors import DataError
@@ -121,7 +122,11 @@ def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[st
                     progress.update, args.overwrite,
                 )  # fmt: skip
         except OSError as error:
-            raise CommandFailure(destination_error(args.dst, error)) from None
+            # A split part in the way is named itself.
+            named = error.filename if isinstance(error.filename, str) else args.dst
+            if os.path.abspath(named) == os.path.abspath(args.dst):
+                named = args.dst
+            raise CommandFailure(destination_error(named, error)) from None
         except DataError as error:
             raise CommandFailure(with_path(args.dst, error)) from None
 
