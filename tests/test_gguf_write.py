@@ -562,3 +562,32 @@ def test_block_type_needs_a_gguf_destination(
     status, _, err = cli(capsys, "convert", str(source), str(tmp_path / "o.safetensors"),
                          "--dtype", "Q8_0")  # fmt: skip
     assert status == 2 and ".gguf" in err
+
+
+_CHILD = """
+import json, sys, tracemalloc
+from strided.cli import main
+tracemalloc.start()  # NumPy's buffers are traced too
+status = main(["convert", sys.argv[1], sys.argv[2], "--dtype", sys.argv[3]])
+print(json.dumps({"status": status, "peak": tracemalloc.get_traced_memory()[1]}))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["Q8_0", "BF16"])
+def test_conversion_memory_stays_far_below_one_tensor(tmp_path: Path, dtype: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    # One 64 MiB F16 tensor: its F32 values alone would be 128 MiB.
+    values = np.random.default_rng(6).standard_normal((4096, 8192), dtype=np.float32)
+    source = tmp_path / "big.gguf"
+    st.save_gguf(source, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values.astype(np.float16))})
+    del values
+    found = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(source), str(tmp_path / "o.gguf"), dtype],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    result = json.loads(found.stdout.splitlines()[-1])
+    assert result["status"] == 0
+    assert result["peak"] < 48 * 2**20, result  # the F16 tensor alone is 64 MiB
