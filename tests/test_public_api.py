@@ -27,6 +27,7 @@ PROMISED = [
     "load_safetensors",
     "open_safetensors",
     "save_safetensors",
+    "save_gguf",
     "open_gguf",
     "load_npy",
     "save_npy",

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
+    from .jobs._gguf_export import save_gguf
 
 __version__ = VERSION
 
@@ -76,6 +77,7 @@ __all__ = [
     "open_checkpoint",
     "open_gguf",
     "open_safetensors",
+    "save_gguf",
     "save_npy",
     "save_safetensors",
     "stack",
@@ -89,6 +91,7 @@ _HOMES = {
     "Checkpoint": ".jobs._checkpoint",
     "TensorInfo": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
+    "save_gguf": ".jobs._gguf_export",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
+from ._set_metadata import add_set_metadata
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, hash, diff, convert"
+_COMMANDS = "inspect, verify, hash, diff, convert, set-metadata"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,11 +175,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
-    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="{inspect,verify,hash,diff,convert,set-metadata}"
+    )
     _add_inspect(commands)
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
+    add_set_metadata(commands, _command)
     for command in commands.choices.values():
         command.add_argument(
             "--token",
@@ -303,30 +307,44 @@ def _add_convert(commands: _Commands) -> None:
     convert = _command(
         commands,
         "convert",
-        "convert a checkpoint to safetensors (file or shards), .npy or .json",
+        "convert a checkpoint to safetensors (file or shards), GGUF, .npy or .json",
         "The format of DST follows its extension. DST must not exist: an existing file\n"
         "or folder is refused unless --overwrite is given, and then replaced whole\n"
         "(an empty folder counts as absent). Atomic for every format: the output is\n"
-        "written under a temporary name and renamed; a failure leaves nothing behind.",
+        "written under a temporary name and renamed; a failure leaves nothing behind.\n"
+        "A .gguf DST takes F32, F16, BF16 or a block type as --dtype, given to weight\n"
+        "tensors of rank >= 2 as llama.cpp does (--keep exempts tensors), and with\n"
+        "--max-shard-size writes llama.cpp's split parts DST-00001-of-0000N.gguf.",
         "strided convert model.gguf model.safetensors --dtype BF16",
     )
     convert.add_argument("path", metavar="SRC", help=_PATH)
     convert.add_argument(
-        "dst", metavar="DST", help="*.safetensors, *.npy, *.json, or a folder (with a shard size)"
+        "dst",
+        metavar="DST",
+        help="*.safetensors, *.gguf, *.npy, *.json, or a folder (with a shard size)",
     )
     convert.add_argument(
         "--dtype",
         type=_float_dtype,
         default=None,
-        help="convert floating tensors to this float dtype (integers and BOOL stay as they are)",
+        help="convert floating tensors to this float dtype (integers and BOOL stay as they are); "
+        "for .gguf also Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, TQ2_0 or MXFP4",
     )
     convert.add_argument("--name", default="*", help="only tensors whose name matches this glob")
+    convert.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="GGUF output: tensors matching this glob keep their float type (repeatable)",
+    )
     convert.add_argument(
         "--max-shard-size",
         type=_size,
         default=None,
         metavar="SIZE",
-        help="write a Hugging Face shard folder, shards at most SIZE (5GB, 500MB, 2GiB)",
+        help="write a Hugging Face shard folder (GGUF: split parts), shards at most SIZE "
+        "(5GB, 500MB, 2GiB)",
     )
     convert.add_argument(
         "--overwrite",
@@ -474,9 +492,12 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
     return value
 
 
-def _float_dtype(text: str) -> DType:
+def _float_dtype(text: str) -> DType | str:
     from .._core.dtype import DType
+    from ..jobs._gguf_plan import OUTPUT_TYPES
 
+    if text.upper() in OUTPUT_TYPES and text.upper() not in DType.__members__:
+        return text.upper()  # a GGUF block type
     try:
         dtype = DType.parse(text)
     except DataError as error:

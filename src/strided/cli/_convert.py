@@ -1,9 +1,11 @@
-"""``strided convert``: any checkpoint to safetensors (a file or shards), ``.npy`` or JSON."""
+"""``strided convert``: any checkpoint to safetensors (a file or shards), GGUF (a file or
+split parts), ``.npy`` or JSON."""
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 from typing import IO
 
 from .._core.errors import DataError
@@ -12,6 +14,8 @@ from ..io._shards import TargetExists, write_file
 from ..io.npy import npy_writer
 from ..jobs._checkpoint import Checkpoint, admit, open_checkpoint
 from ..jobs._export import plan, text_metadata, write_safetensors
+from ..jobs._gguf_export import write_gguf
+from ..jobs._gguf_plan import gguf_key_values, plan_gguf
 from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
@@ -31,8 +35,21 @@ def run_convert(args: argparse.Namespace) -> int:
     shard folder, once the new one is complete. An expanded view (logical size more
     than 2^20 x its stored bytes) is refused before anything is read unless
     ``--allow-expanded``; allowed, its logical values are written.
+
+    A ``.gguf`` DST is written by ``_write_gguf`` (``--dtype`` may then be a block type,
+    ``--keep`` exempts tensors, ``--max-shard-size`` writes split parts beside DST).
     """
-    if args.max_shard_size is not None:
+    if isinstance(args.dtype, str) and not args.dst.lower().endswith(".gguf"):
+        raise CommandFailure(
+            f"{safe(args.dst)}: --dtype {args.dtype} is a GGUF block type; the destination "
+            "must end in .gguf",
+            status=2,
+        )
+    if args.keep and not args.dst.lower().endswith(".gguf"):
+        raise CommandFailure(f"{safe(args.dst)}: --keep applies to a .gguf destination", status=2)
+    if args.dst.lower().endswith(".gguf"):
+        target = "gguf"
+    elif args.max_shard_size is not None:
         if args.dst.lower().endswith((".npy", ".json")):
             raise CommandFailure(
                 f"{safe(args.dst)}: --max-shard-size writes a folder of safetensors shards",
@@ -48,6 +65,11 @@ def run_convert(args: argparse.Namespace) -> int:
         if target in ("npy", "json"):
             _write_one(args, checkpoint, names, target)
             print(f"{safe(args.path)} -> {safe(args.dst)}: 1 tensor")
+            return 0
+        if target == "gguf":
+            written = _write_gguf(args, checkpoint, names)
+            parts = f" in {len(written)} parts" if len(written) > 1 else ""
+            print(f"{safe(args.path)} -> {safe(args.dst)}: {len(names)} tensors{parts}")
             return 0
         written = _write_safetensors(args, checkpoint, names)
     shards = f" in {len(written) - 1} shards" if len(written) > 2 else ""
@@ -79,14 +101,44 @@ def _write_safetensors(
             raise CommandFailure(destination_error(args.dst, error)) from None
 
 
+def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[str]) -> list[str]:
+    """GGUF: types by llama.cpp's rules, key/values in order, split parts with a size."""
+    target = args.dtype if args.dtype is None or isinstance(args.dtype, str) else args.dtype.name
+    try:
+        items = plan_gguf(checkpoint, names, target, args.keep, args.allow_expanded)
+        kvs = gguf_key_values(checkpoint, None, target)
+    except DataError as error:
+        raise CommandFailure(with_path(args.path, error)) from None
+    total = sum(item.byte_len for item in items)
+    path = where(args.path)
+    with (
+        sharing((path, checkpoint)),
+        Runner(args.jobs) as runner,
+        Progress(total, "convert") as progress,
+    ):
+        try:
+            return write_gguf(
+                    checkpoint, path, items, kvs, args.dst, args.max_shard_size, runner,
+                    progress.update, args.overwrite,
+                )  # fmt: skip
+        except OSError as error:
+            # A split part in the way is named itself.
+            named = error.filename if isinstance(error.filename, str) else args.dst
+            if os.path.abspath(named) == os.path.abspath(args.dst):
+                named = args.dst
+            raise CommandFailure(destination_error(named, error)) from None
+        except DataError as error:
+            raise CommandFailure(with_path(args.dst, error)) from None
+
+
 def target_format(path: str) -> str:
     """The destination's format by its extension; CommandFailure for anything else."""
     lowered = path.lower()
-    for suffix in ("safetensors", "npy", "json"):
+    for suffix in ("safetensors", "gguf", "npy", "json"):
         if lowered.endswith("." + suffix):
             return suffix
     raise CommandFailure(
-        f"{safe(path)}: the destination must end in .safetensors, .npy or .json "
+        f"{safe(path)}: the destination must end in .safetensors, .gguf, .npy or .json "
         "(or be a folder, with --max-shard-size)"
     )
 

@@ -21,9 +21,11 @@ from its name. The entries are tried in this order, and the first that accepts w
    ``metadata`` or ``weight_map`` (safetensors or PyTorch shards, by the first shard's
    own first bytes), otherwise a strided tensor document.
 
-A folder is a set of ``*.safetensors`` shards. A file no entry accepts is a FormatError
-listing what was tried. Caps that bound a whole file (an index) are checked against the
-file's size before any of it is read.
+A folder is a set of ``*.safetensors`` shards, or the parts of a split GGUF model when it
+holds ``*.gguf`` files and no ``*.safetensors`` (``folder_format``). A GGUF file whose
+``split.count`` says it is the first of several parts opens with the other parts. A file
+no entry accepts is a FormatError listing what was tried. Caps that bound a whole file
+(an index) are checked against the file's size before any of it is read.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "ZIP_MAGIC",
     "Format",
     "detect",
+    "folder_format",
     "matching",
 ]
 
@@ -131,6 +134,14 @@ def detect(head: bytes, size: int, where: str) -> Format:
             f"tried {tried})"
         )
     return found
+
+
+def folder_format(names: list[str]) -> str:
+    """The format of a folder holding the files ``names``: ``"gguf"`` for GGUF parts
+    (``*.gguf`` files and no ``*.safetensors``), else ``"safetensors"`` (shards)."""
+    gguf = any(name.endswith(".gguf") for name in names)
+    safetensors = any(name.endswith(".safetensors") for name in names)
+    return "gguf" if gguf and not safetensors else "safetensors"
 
 
 def _refuse_safetensors_framing(head: bytes, size: int, where: str) -> None:

@@ -17,9 +17,10 @@ from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import check_index_size, file_size, map_file, open_regular
-from ._detect import HEAD_BYTES, JSON_SPACE, detect, matching
+from ._detect import HEAD_BYTES, JSON_SPACE, detect, folder_format, matching
 from ._zip import DEFLATED, STORED, read_zip
 from .gguf import open_gguf
+from .gguf_split import folder_first_part, open_split
 from .npy import load_npy
 from .npz import open_npz
 from .pytorch import open_pytorch
@@ -40,7 +41,8 @@ class Opened(NamedTuple):
 
 
 def _open_gguf(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("gguf", open_gguf(where, copy=copy, budget=budget))
+    # The first part of a split model opens every part (``gguf_split``).
+    return Opened("gguf", open_split(open_gguf(where, copy=copy, budget=budget), copy, budget))
 
 
 def _open_safetensors(where: str, copy: bool, budget: ParseBudget) -> Opened:
@@ -122,10 +124,13 @@ OPENERS: dict[str, Callable[[str, bool, ParseBudget], Opened]] = {
 def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
     """Open a local file or folder with the reader the table picks for it.
 
-    A folder is a set of ``*.safetensors`` shards. A path that cannot be opened raises
-    its OSError unchanged; content the chosen reader refuses is its DataError.
+    A folder is a set of ``*.safetensors`` shards, or the parts of one split GGUF model
+    (``_detect.folder_format``). A path that cannot be opened raises its OSError
+    unchanged; content the chosen reader refuses is its DataError.
     """
     if os.path.isdir(where):
+        if folder_format(os.listdir(where)) == "gguf":
+            return _open_gguf(folder_first_part(where), copy, budget)
         return Opened("safetensors", open_safetensors(where, copy))
     with open_regular(where) as file:
         size = file_size(file)

@@ -1,0 +1,195 @@
+"""Editing the metadata of a GGUF or safetensors file without touching its tensors.
+
+The new header is built (every value parsed and checked) before anything is written;
+then the file is rewritten atomically: the new header, then the old file's data region
+copied byte for byte, a bounded piece at a time, into a temporary file renamed onto the
+target. Tensor offsets are relative to the data region in both formats, so they stay
+as they are and every tensor's bytes, hence ``Checkpoint.digest()``, are unchanged.
+
+GGUF: key/values keep their order; an existing key keeps its type, a new key is
+appended as a ``STRING`` unless a type is given; ``general.alignment`` and ``split.*``
+describe the file's layout and can be neither set nor deleted. safetensors: the
+``__metadata__`` strings, written with sorted keys (as the reference writer does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Sequence
+from typing import IO, Any, NamedTuple
+
+from .._core.errors import FormatError, LimitError
+from .._core.shape import Shape
+from ..io._common import file_size, label, map_file, open_regular
+from ..io._detect import HEAD_BYTES, detect
+from ..io._safetensors_header import MAX_HEADER_BYTES, parse_header
+from ..io._shards import write_file
+from ..io.gguf import _Reader, parse_gguf
+from ..io.gguf_write import TensorSpec, alignment_of, encode_kv, tensor_info
+
+__all__ = ["TYPE_NAMES", "Edit", "set_metadata"]
+
+# ``--type`` spellings -> GGUF value type names.
+TYPE_NAMES = {
+    "u8": "UINT8",
+    "i8": "INT8",
+    "u16": "UINT16",
+    "i16": "INT16",
+    "u32": "UINT32",
+    "i32": "INT32",
+    "u64": "UINT64",
+    "i64": "INT64",
+    "f32": "FLOAT32",
+    "f64": "FLOAT64",
+    "bool": "BOOL",
+    "str": "STRING",
+}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_COPY_BYTES = 1 << 24  # the data region is copied this much at a time
+
+
+class Edit(NamedTuple):
+    """What to change: ``sets`` (key, value text) in order, ``deletes`` (keys), and the
+    type of new GGUF keys (a ``TYPE_NAMES`` value, or None for STRING)."""
+
+    sets: Sequence[tuple[str, str]]
+    deletes: Sequence[str]
+    new_type: str | None = None
+
+
+def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool = False) -> str:
+    """Apply ``edit`` to the GGUF or safetensors file ``path``, written to ``out``
+    (default: ``path`` itself, replaced atomically). Returns the format's name.
+
+    Deletes apply first, then sets (so deleting a GGUF key and setting it again gives
+    it the ``new_type``). FormatError, with nothing written, for a value that does not
+    fit its type, a deleted key that is not there, a layout key, or another format;
+    ``out`` must not exist unless ``overwrite`` (OSError).
+    """
+    where = label(path)
+    with open_regular(where) as file:
+        size = file_size(file)
+        kind = detect(file.read(HEAD_BYTES), size, where).name
+        if kind == "safetensors":
+            file.seek(0)
+            header, start = _safetensors_header(file, size, where, edit)
+        elif kind == "gguf":
+            raw = map_file(file, size, where)
+            header, start = _gguf_header(raw, size, where, edit)
+        else:
+            raise FormatError(f"{where}: set-metadata edits GGUF and safetensors files, not {kind}")
+
+    def write(handle: IO[bytes]) -> None:
+        handle.write(header)
+        with open_regular(where) as source:
+            source.seek(start)
+            while piece := source.read(_COPY_BYTES):
+                handle.write(piece)
+
+    write_file(where if out is None else out, write, overwrite or out is None)
+    return kind
+
+
+def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, int]:
+    """The new GGUF header (padded) and where the old data region starts."""
+    reader = _Reader(raw.data, size, where)
+    version, (metadata, types), tensors = parse_gguf(reader)
+    layout = {key: (types[key], metadata[key]) for key in ("general.alignment",) if key in types}
+    alignment = alignment_of(layout, where)
+    start = -(-reader.pos // alignment) * alignment
+    values = dict(metadata)
+    kinds = dict(types)
+    for key in (*edit.deletes, *(key for key, _ in edit.sets)):
+        if key == "general.alignment" or key.startswith("split."):
+            raise FormatError(f"{where}: {key!r} describes the file's layout; it cannot change")
+    for key in edit.deletes:
+        if key not in values:
+            raise FormatError(f"{where}: no key {key[:80]!r} to delete")
+        del values[key], kinds[key]
+    for key, text in edit.sets:
+        if key in kinds and edit.new_type is not None and not _same_kind(kinds[key], edit):
+            raise FormatError(
+                f"{where}: key {key[:80]!r} keeps its type {kinds[key]} (delete it first to "
+                "give it another)"
+            )
+        kind = kinds.get(key) or _new_kind(text, edit.new_type)
+        values[key], kinds[key] = _parsed(text, kind, f"{where}: key {key[:80]!r}"), kind
+    body = [encode_kv(key, kinds[key], value) for key, value in values.items()]
+    infos = [
+        tensor_info(TensorSpec(name, info.kind.name, Shape._trusted(info.dims)), info.begin - start)
+        for name, info in tensors.items()
+    ]
+    header = b"".join((b"GGUF", struct.pack("<IQQ", version, len(infos), len(body)), *body, *infos))
+    return header + bytes(-len(header) % alignment), start
+
+
+def _same_kind(kind: str, edit: Edit) -> bool:
+    return kind == edit.new_type or kind == f"ARRAY[{edit.new_type}]"
+
+
+def _new_kind(text: str, new_type: str | None) -> str:
+    if new_type is None:
+        return "STRING"
+    return f"ARRAY[{new_type}]" if text.lstrip().startswith("[") else new_type
+
+
+def _parsed(text: str, kind: str, where: str) -> Any:
+    """The value of type ``kind`` that ``text`` spells (JSON text for an array);
+    FormatError when it spells none (ranges are checked when it is encoded)."""
+    if kind == "STRING":
+        return text
+    if kind.startswith("ARRAY"):
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise FormatError(f"{where}: {kind} needs a JSON array, found {text[:40]!r}") from None
+        if type(value) is not list:
+            raise FormatError(f"{where}: {kind} needs a JSON array, found {text[:40]!r}")
+        return value
+    if kind == "BOOL":
+        if text not in ("true", "false"):
+            raise FormatError(f"{where}: BOOL needs true or false, found {text[:40]!r}")
+        return text == "true"
+    if kind.startswith("FLOAT"):
+        try:
+            return float(text)
+        except ValueError:
+            raise FormatError(f"{where}: {kind} needs a number, found {text[:40]!r}") from None
+    if not _INTEGER.fullmatch(text):
+        raise FormatError(f"{where}: {kind} needs an integer, found {text[:40]!r}")
+    return int(text)
+
+
+def _safetensors_header(file: IO[bytes], size: int, where: str, edit: Edit) -> tuple[bytes, int]:
+    """The new safetensors header and where the old data region starts."""
+    if edit.new_type not in (None, "STRING"):
+        raise FormatError(f"{where}: safetensors metadata values are strings; --type cannot apply")
+    entries, metadata = parse_header(file, size, where)
+    start = 8 + int.from_bytes(_first_bytes(file), "little")
+    for key in edit.deletes:
+        if key not in metadata:
+            raise FormatError(f"{where}: no key {key[:80]!r} to delete")
+        del metadata[key]
+    metadata.update(edit.sets)
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))} if metadata else {}
+    for entry in sorted(entries, key=lambda item: item.begin):
+        header[entry.name] = {
+            "dtype": entry.dtype_name,
+            "shape": list(entry.dims),
+            "data_offsets": [entry.begin - start, entry.end - start],
+        }
+    try:
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(f"{where}: a key or value is not valid Unicode") from None
+    text += b" " * (-len(text) % 8)
+    if len(text) > MAX_HEADER_BYTES:
+        raise LimitError(f"{where}: a header of {len(text)} bytes exceeds {MAX_HEADER_BYTES}")
+    return len(text).to_bytes(8, "little") + text, start
+
+
+def _first_bytes(file: IO[bytes]) -> bytes:
+    file.seek(0)
+    return file.read(8)
