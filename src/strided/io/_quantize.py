@@ -41,8 +41,10 @@ _TYPES: dict[str, GGMLType] = {
     kind.name: kind for kind in GGML_TYPES.values() if kind.name in QUANTIZABLE | FLOAT_TYPES
 }
 
-# Values per chunk: the chunk and its few scratch buffers stay in a core's L2 cache.
-_CHUNK_VALUES = 1 << 15
+# Values per chunk (512 KiB of float32): large enough that NumPy's fixed cost per call
+# (a kernel makes a few dozen) is small against the work, small enough that the chunk
+# and its scratch buffers (a few MiB at most) stay near the core.
+_CHUNK_VALUES = 1 << 17
 
 _F16_MAX = np.float32(65504.0)
 _BF16_MAX = np.float32(np.uint32(0x7F7F0000).view(np.float32))
