@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
-from ._set_metadata import add_set_metadata
+from ._commands import add_set_metadata
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
-    add_set_metadata(commands, _command)
+    add_set_metadata(commands, _command, _run_set_metadata)
     for command in commands.choices.values():
         command.add_argument(
             "--token",
@@ -190,6 +190,12 @@ def _parser() -> argparse.ArgumentParser:
             help="bearer token sent to the origin of an http(s) URL given (never elsewhere)",
         )
     return parser
+
+
+def _run_set_metadata(args: argparse.Namespace) -> int:
+    from ._set_metadata import run_set_metadata
+
+    return run_set_metadata(args)
 
 
 def _command(
