@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         save_npy,
         save_safetensors,
     )
-    from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
+    from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
 
 __version__ = VERSION
 
@@ -61,6 +61,7 @@ __all__ = [
     "GGUFFile",
     "IndexingError",
     "LimitError",
+    "PickleImport",
     "RangeError",
     "SafetensorsFile",
     "Scalar",
@@ -88,6 +89,7 @@ _HOMES = {
     "BinaryOp": "._tensor.arith",
     "Checkpoint": ".jobs._checkpoint",
     "TensorInfo": ".jobs._checkpoint",
+    "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
