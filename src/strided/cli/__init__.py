@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
+from ._scan import add_scan
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, hash, diff, convert"
+_COMMANDS = "inspect, verify, hash, diff, convert, scan"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,11 +175,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
-    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="{inspect,verify,hash,diff,convert,scan}"
+    )
     _add_inspect(commands)
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
+    add_scan(commands, _command)
     for command in commands.choices.values():
         command.add_argument(
             "--token",
@@ -234,6 +238,7 @@ def _add_inspect(commands: _Commands) -> None:
     )
     _add_jobs(inspect)
     _add_expanded(inspect, "with --full: ")
+    _add_lenient(inspect)
     inspect.set_defaults(run=_run_inspect)
 
 
@@ -253,6 +258,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     )
     _add_jobs(verify, scheduler=True)
     _add_expanded(verify)
+    _add_lenient(verify)
     verify.set_defaults(run=_run_verify)
 
     hashing = _command(
@@ -268,6 +274,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(hashing, scheduler=True)
     _add_expanded(hashing)
+    _add_lenient(hashing)
     hashing.set_defaults(run=_run_hash)
 
 
@@ -296,6 +303,7 @@ def _add_diff(commands: _Commands) -> None:
     diff.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(diff, scheduler=True)
     _add_expanded(diff)
+    _add_lenient(diff)
     diff.set_defaults(run=_run_diff)
 
 
@@ -335,6 +343,7 @@ def _add_convert(commands: _Commands) -> None:
     )
     _add_jobs(convert)
     _add_expanded(convert)
+    _add_lenient(convert)
     convert.set_defaults(run=_run_convert)
 
 
@@ -411,6 +420,16 @@ def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None
             help="run on a Dask cluster: tcp://host:8786, or local:N for N local workers "
             "(needs strided[dask]; workers open the files by path)",
         )
+
+
+def _add_lenient(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--lenient",
+        action="store_true",
+        help="read PyTorch pickles that name globals strict mode refuses (a whole model, "
+        "custom classes): they become inert records, never imported or run; a pickled "
+        "nn.Module gives its state_dict tensors ('strided scan' lists the globals)",
+    )
 
 
 def _add_expanded(command: argparse.ArgumentParser, when: str = "") -> None:
