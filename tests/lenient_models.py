@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "Encoder", "Shared", "Tied", "Tiny", "oracle_state"]
+__all__ = ["MODELS", "Encoder", "Shared", "Tied", "Tiny", "Wide", "oracle_state"]
 
 
 class Block(nn.Module):
@@ -79,6 +79,16 @@ class Tiny(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.tensor([[1.5, -2.0], [0.25, 3.0]]))
         self.register_buffer("count", torch.tensor(4, dtype=torch.int32))
+
+
+class Wide(nn.Module):
+    """About 21 MB of weights (more than one task of a job), the last layer tied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(1024, 1024) for _ in range(5)])
+        self.out = nn.Linear(1024, 1024)
+        self.out.weight = self.layers[0].weight
 
 
 MODELS = {"encoder": Encoder, "tied": Tied, "shared": Shared}
