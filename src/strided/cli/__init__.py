@@ -111,7 +111,8 @@ def _remember_token(args: argparse.Namespace) -> None:
         return
     from ..io._http import is_url, remember_token
 
-    for path in (args.path, getattr(args, "other", None)):
+    paths = args.path if isinstance(args.path, list) else [args.path]  # scan takes several
+    for path in (*paths, getattr(args, "other", None)):
         if isinstance(path, str) and is_url(path):
             remember_token(path, args.token)
 
