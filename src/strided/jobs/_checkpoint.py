@@ -465,7 +465,8 @@ def _from_pytorch(where: str, reader: Any) -> Checkpoint:
         dtype_name, shape = reader.info(name)
         infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
     checkpoint = Checkpoint(where, "pytorch", reader, infos, reader.metadata)
-    checkpoint._imports = judge(reader.imports)
+    # Every pickle reader lists what its pickles named; one that does not reports none.
+    checkpoint._imports = judge(getattr(reader, "imports", ()))
     return checkpoint
 
 
