@@ -16,7 +16,7 @@ import strided as st
 tracemalloc.start()  # NumPy's buffers are traced too
 start = time.perf_counter()
 try:
-    st.open_checkpoint(sys.argv[1])
+    st.open_checkpoint(sys.argv[1], lenient=sys.argv[2:] == ["lenient"])
     outcome = "opened"
 except st.DataError as error:
     outcome = type(error).__name__ + ": " + str(error)
@@ -26,10 +26,11 @@ print(json.dumps({"outcome": outcome, "grew_kib": grew,
 """
 
 
-def opened_in_child(path: Path) -> dict[str, object]:
-    """``{"outcome", "grew_kib", "seconds"}`` of ``open_checkpoint(path)`` in a child."""
+def opened_in_child(path: Path, lenient: bool = False) -> dict[str, object]:
+    """``{"outcome", "grew_kib", "seconds"}`` of ``open_checkpoint(path, lenient=...)``
+    in a child."""
     found = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
+        [sys.executable, "-c", _CHILD, str(path), *(["lenient"] if lenient else [])],
         capture_output=True,
         text=True,
         timeout=300,

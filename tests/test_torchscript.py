@@ -294,6 +294,22 @@ def test_an_enum_attribute_is_data(tmp_path: Path) -> None:
     assert_matches(path, oracle([path])[str(path)])
 
 
+def test_imports_are_reported_and_script_classes_are_data(tmp_path: Path) -> None:
+    path = tmp_path / "enum.pt"
+    with quiet():
+        torch.jit.script(WithEnum()).save(str(path))
+    with st.open_checkpoint(path) as ckpt:
+        named = {f"{found.module}.{found.name}": found.verdict for found in ckpt.imports}
+    # The archive's own classes and torch's rebuild rules are what strict mode reads.
+    assert any(name.startswith("__torch__.") for name in named)
+    assert "torch._utils._rebuild_tensor_v2" in named
+    assert set(named.values()) == {"data"}
+    scanned = subprocess.run(
+        [sys.executable, "-m", "strided", "scan", str(path)], capture_output=True, text=True
+    )
+    assert scanned.returncode == 0, scanned.stdout + scanned.stderr
+
+
 def test_views_are_zero_copy_and_tied_weights_share(
     archives: dict[str, tuple[Path, list[list[Any]]]],
 ) -> None:

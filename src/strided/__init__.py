@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         save_npy,
         save_safetensors,
     )
-    from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
+    from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._gguf_export import save_gguf
 
 __version__ = VERSION
@@ -62,6 +62,7 @@ __all__ = [
     "GGUFFile",
     "IndexingError",
     "LimitError",
+    "PickleImport",
     "RangeError",
     "SafetensorsFile",
     "Scalar",
@@ -90,6 +91,7 @@ _HOMES = {
     "BinaryOp": "._tensor.arith",
     "Checkpoint": ".jobs._checkpoint",
     "TensorInfo": ".jobs._checkpoint",
+    "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
     "save_gguf": ".jobs._gguf_export",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there

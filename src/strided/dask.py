@@ -44,7 +44,9 @@ _da = require("dask.array", "strided.dask")
 _FAN_IN = 8  # partial sums merged per task of the reduction tree
 
 
-def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[str, Any]:
+def from_checkpoint(
+    path: str | os.PathLike[str], chunks: Any = "auto", *, lenient: bool = False
+) -> dict[str, Any]:
     """Every tensor of the checkpoint at ``path`` as a lazy ``dask.array.Array``.
 
     ``chunks`` is anything ``dask.array.from_array`` accepts (``"auto"``, an int, a
@@ -59,10 +61,11 @@ def from_checkpoint(path: str | os.PathLike[str], chunks: Any = "auto") -> dict[
     failures raise as ``open_checkpoint`` does; the file must not change while the
     arrays are in use. ``path`` may be an http(s) URL (``strided[remote]``): each worker
     fetches only the rows of the chunks it computes (a quantized GGUF tensor whole).
+    ``lenient`` is ``open_checkpoint``'s (here and in every worker).
     """
-    location = where(os.fspath(path))
+    location = where(os.fspath(path), lenient)
     arrays: dict[str, Any] = {}
-    with open_checkpoint(location) as checkpoint:
+    with open_checkpoint(location, lenient=lenient) as checkpoint:
         stamp = _stamp(location)
         for name in checkpoint:
             info = checkpoint.info(name)

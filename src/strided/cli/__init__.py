@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
-from ._commands import add_set_metadata
+from ._commands import add_scan, add_set_metadata
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, hash, diff, convert, set-metadata"
+_COMMANDS = "inspect, verify, hash, diff, convert, scan, set-metadata"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,7 +111,8 @@ def _remember_token(args: argparse.Namespace) -> None:
         return
     from ..io._http import is_url, remember_token
 
-    for path in (args.path, getattr(args, "other", None)):
+    paths = args.path if isinstance(args.path, list) else [args.path]  # scan takes several
+    for path in (*paths, getattr(args, "other", None)):
         if isinstance(path, str) and is_url(path):
             remember_token(path, args.token)
 
@@ -176,12 +177,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
     commands = parser.add_subparsers(
-        dest="command", metavar="{inspect,verify,hash,diff,convert,set-metadata}"
+        dest="command", metavar="{inspect,verify,hash,diff,convert,scan,set-metadata}"
     )
     _add_inspect(commands)
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
+    add_scan(commands, _command, _run_scan)
     add_set_metadata(commands, _command, _run_set_metadata)
     for command in commands.choices.values():
         command.add_argument(
@@ -190,6 +192,12 @@ def _parser() -> argparse.ArgumentParser:
             help="bearer token sent to the origin of an http(s) URL given (never elsewhere)",
         )
     return parser
+
+
+def _run_scan(args: argparse.Namespace) -> int:
+    from ._scan import run_scan
+
+    return run_scan(args)
 
 
 def _run_set_metadata(args: argparse.Namespace) -> int:
@@ -244,6 +252,7 @@ def _add_inspect(commands: _Commands) -> None:
     )
     _add_jobs(inspect)
     _add_expanded(inspect, "with --full: ")
+    _add_lenient(inspect)
     inspect.set_defaults(run=_run_inspect)
 
 
@@ -263,6 +272,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     )
     _add_jobs(verify, scheduler=True)
     _add_expanded(verify)
+    _add_lenient(verify)
     verify.set_defaults(run=_run_verify)
 
     hashing = _command(
@@ -278,6 +288,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(hashing, scheduler=True)
     _add_expanded(hashing)
+    _add_lenient(hashing)
     hashing.set_defaults(run=_run_hash)
 
 
@@ -306,6 +317,7 @@ def _add_diff(commands: _Commands) -> None:
     diff.add_argument("--json", action="store_true", help="print one JSON document")
     _add_jobs(diff, scheduler=True)
     _add_expanded(diff)
+    _add_lenient(diff)
     diff.set_defaults(run=_run_diff)
 
 
@@ -359,6 +371,7 @@ def _add_convert(commands: _Commands) -> None:
     )
     _add_jobs(convert)
     _add_expanded(convert)
+    _add_lenient(convert)
     convert.set_defaults(run=_run_convert)
 
 
@@ -435,6 +448,16 @@ def _add_jobs(command: argparse.ArgumentParser, scheduler: bool = False) -> None
             help="run on a Dask cluster: tcp://host:8786, or local:N for N local workers "
             "(needs strided[dask]; workers open the files by path)",
         )
+
+
+def _add_lenient(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--lenient",
+        action="store_true",
+        help="read PyTorch pickles that name globals strict mode refuses (a whole model, "
+        "custom classes): they become inert records, never imported or run; a pickled "
+        "nn.Module gives its state_dict tensors ('strided scan' lists the globals)",
+    )
 
 
 def _add_expanded(command: argparse.ArgumentParser, when: str = "") -> None:

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Runner", "add_set_metadata"]
+__all__ = ["Runner", "add_scan", "add_set_metadata"]
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -57,3 +57,24 @@ def _assignment(text: str) -> tuple[str, str]:
     if not equals or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, found {text[:40]!r}")
     return key, value
+
+
+def add_scan(commands: Any, command: Callable[..., argparse.ArgumentParser], run: Runner) -> None:
+    """Register ``scan`` with the command line's sub-parsers (``command`` makes one)."""
+    scan = command(
+        commands,
+        "scan",
+        "list the globals a checkpoint's pickles name, judged data, unknown or dangerous",
+        "Reads each PyTorch pickle as data (nothing is imported or run, in any mode)\n"
+        "and lists every module.name it names, in first-use order: 'data' (read by\n"
+        "default), 'unknown' (needs --lenient: a model's own classes, for instance) or\n"
+        "'DANGEROUS' (runs code or touches the system if unpickled: os.system,\n"
+        "builtins.eval, subprocess.Popen, torch.load...). Formats without pickles\n"
+        "name nothing.",
+        "strided scan model.pt pytorch_model.bin",
+        "exit status: 0 every import is data, 1 some import is unknown or dangerous,\n"
+        "2 a file cannot be read (or bad usage).",
+    )
+    scan.add_argument("path", metavar="PATH", nargs="+", help="checkpoints to scan")
+    scan.add_argument("--json", action="store_true", help="print one JSON document")
+    scan.set_defaults(run=run)

@@ -58,7 +58,7 @@ def run_convert(args: argparse.Namespace) -> int:
         target = "folder"
     else:
         target = target_format(args.dst)
-    with open_checkpoint(args.path) as checkpoint:
+    with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
         names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
         if not names and len(checkpoint):
             raise CommandFailure(f"{safe(args.path)}: no tensor matches {safe(repr(args.name))}")
@@ -86,7 +86,7 @@ def _write_safetensors(
     except DataError as error:
         raise CommandFailure(with_path(args.path, error)) from None
     total = sum(item.planned.byte_len for item in items)
-    path = where(args.path)
+    path = where(args.path, args.lenient)
     with (
         sharing((path, checkpoint)),
         Runner(args.jobs) as runner,

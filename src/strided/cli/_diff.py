@@ -59,9 +59,9 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
-def _open(path: str) -> Checkpoint:
+def _open(path: str, lenient: bool) -> Checkpoint:
     try:
-        return open_checkpoint(path)
+        return open_checkpoint(path, lenient=lenient)
     except (DataError, OSError, UnicodeError) as error:
         raise CommandFailure(with_path(path, error)) from None
 
@@ -71,7 +71,7 @@ Entries = dict[str, dict[str, Any]]
 
 def _compare(args: argparse.Namespace, tolerance: Tolerance) -> tuple[Entries, Entries | None]:
     """Tensor entries, and metadata entries (None with ``--ignore-metadata``)."""
-    with _open(args.path) as a, _open(args.other) as b:
+    with _open(args.path, args.lenient) as a, _open(args.other, args.lenient) as b:
         try:
             entries = _entries(args, tolerance, a, b)
             if args.ignore_metadata:
@@ -107,7 +107,7 @@ def _entries(
         units = info_a.byte_len if name in raw else info_a.shape.numel
         compared.append((name, units, info_a.logical_len + info_b.logical_len))
     tasks = plan(compared, split=True)
-    path_a, path_b = where(args.path), where(args.other)
+    path_a, path_b = where(args.path, args.lenient), where(args.other, args.lenient)
     shares = {name: (units, size) for name, units, size in compared}
     weights = [
         sum(shares[p.name][1] * (p.stop - p.start) // max(shares[p.name][0], 1) for p in task)

@@ -24,14 +24,14 @@ def run_hash(args: argparse.Namespace) -> int:
     An expanded view (logical size more than 2^20 x its stored bytes) is refused before
     anything is hashed unless ``--allow-expanded`` (``_jobs.admit``).
     """
-    with open_checkpoint(args.path) as checkpoint:
+    with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
         metadata = checkpoint.metadata_digest()
         names = sorted(checkpoint, key=sort_key)
         infos = admit(checkpoint, names, args.allow_expanded)
         tasks = plan(
             [(name, infos[name].shape.numel, infos[name].logical_len) for name in names], False
         )
-        path = where(args.path)
+        path = where(args.path, args.lenient)
         weights = [sum(infos[part.name].logical_len for part in task) for task in tasks]
         work = [(path, [part.name for part in task]) for task in tasks]
         with (

@@ -1,6 +1,9 @@
 """``strided inspect``: every tensor of a checkpoint with sample statistics, as a table or JSON.
 
-``--json`` prints ``{"path", "format", "metadata", "tensors", "totals"}``. In a tensor
+``--json`` prints ``{"path", "format", "metadata", "tensors", "totals", "unreadable",
+"imports"}`` (``imports``: ``[{"module", "name", "verdict"}]``, the globals a pickle
+names, ``[]`` for formats without pickles; the table shows them as one summary line,
+``imports: 4 data, 1 unknown (mymodel.Net)``). In a tensor
 row, ``min``, ``max`` and ``mean`` are always strings of canonical text (``"0.1"``,
 ``"-0.0"``, ``"nan"``, ``"inf"``; the mean as F64) or null when there is no value, so a
 reader never meets a number in one row and a string in the next. Metadata values are
@@ -37,6 +40,7 @@ from .._tensor.inspect import TensorInspectionOptions
 from ..jobs._checkpoint import Checkpoint, open_checkpoint
 from ..jobs._metadata_text import canonical, gguf_types
 from ..jobs._pool import JobError, Runner, opened, sharing, where
+from ._scan import import_summary
 from ._text import byte_size, count_text, safe
 from ._verify import count_of, exact_row, header_row, scan_checkpoint
 
@@ -59,12 +63,12 @@ def run_inspect(args: argparse.Namespace) -> int:
     score array shows 16 numbers, and only those 16 are formatted. See the module
     docstring for the ``--json`` document.
     """
-    with open_checkpoint(args.path) as checkpoint:
+    with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
         names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
         if args.full:
             found = scan_checkpoint(
                 checkpoint, args.path, names, False, args.jobs, "inspect",
-                allow_expanded=args.allow_expanded,
+                allow_expanded=args.allow_expanded, lenient=args.lenient,
             )  # fmt: skip
             if args.group:
                 rows = _group_exact(checkpoint, names, found)
@@ -78,6 +82,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         float32 = checkpoint._float32_keys
         types = gguf_types(checkpoint) or {}
         kind = checkpoint.format
+        imports = checkpoint.imports
         # Members the reader lists but cannot read (an .npz string array): name, reason.
         unreadable = {
             name: reason
@@ -104,10 +109,13 @@ def run_inspect(args: argparse.Namespace) -> int:
             "tensors": rows,
             "totals": totals,
             "unreadable": unreadable,
+            "imports": [found._asdict() for found in imports],
         }
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
         return 0
     lines = [f"  {safe(key)}: {_table_value(value, key in float32)}" for key, value in raw.items()]
+    if imports or kind == "pytorch":
+        lines.insert(0, import_summary(imports))
     _print_table(args.path, kind, lines, rows, totals, unreadable)
     return 0
 
@@ -116,7 +124,7 @@ _NAMES_PER_TASK = 64
 
 
 def _sampled_rows(checkpoint: Checkpoint, args: argparse.Namespace, names: list[str]) -> list[Any]:
-    path = where(args.path)
+    path = where(args.path, args.lenient)
     batches = [names[i : i + _NAMES_PER_TASK] for i in range(0, len(names), _NAMES_PER_TASK)]
     work = [(path, batch, args.samples, args.strategy) for batch in batches]
     with sharing((path, checkpoint)), Runner(args.jobs) as runner:

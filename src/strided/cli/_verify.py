@@ -52,6 +52,7 @@ def scan_checkpoint(
     label: str,
     scheduler: str | None = None,
     allow_expanded: bool = False,
+    lenient: bool = False,
 ) -> dict[str, tuple[str | None, Totals | None]]:
     """Every named tensor read once: ``name -> (digest or None, exact Totals or None)``.
 
@@ -59,13 +60,14 @@ def scan_checkpoint(
     stream) and spread over ``jobs`` worker processes, or the workers of the Dask
     ``scheduler``; the result is the same for any number of workers. Totals are None
     for tensors whose values strided cannot decode. An expanded view is a LimitError
-    before anything is read unless ``allow_expanded`` (``_jobs.admit``).
+    before anything is read unless ``allow_expanded`` (``_jobs.admit``). Workers open
+    ``path`` as ``checkpoint`` was opened: ``lenient`` must match.
     """
     infos = admit(checkpoint, names, allow_expanded)
     numel = {name: infos[name].shape.numel if checkpoint.readable(name) else 1 for name in names}
     work_bytes = {name: infos[name].logical_len for name in names}
     tasks = plan([(name, numel[name], work_bytes[name]) for name in names], not digests)
-    target = where(path)
+    target = where(path, lenient)
     weights = [
         sum(work_bytes[p.name] * (p.stop - p.start) // max(numel[p.name], 1) for p in task)
         for task in tasks
@@ -136,11 +138,11 @@ def run_verify(args: argparse.Namespace) -> int:
     hashed) but not scanned; it is listed, counted, and makes the exit status 1.
     """
     manifest = _manifest(args.manifest) if args.manifest else None
-    with open_checkpoint(args.path) as checkpoint:
+    with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
         names = list(checkpoint)
         found = scan_checkpoint(
             checkpoint, args.path, names, manifest is not None, args.jobs, "verify",
-            args.scheduler, args.allow_expanded,
+            args.scheduler, args.allow_expanded, args.lenient,
         )  # fmt: skip
         rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
         total = sum(checkpoint.info(name).byte_len for name in names)

@@ -1,7 +1,8 @@
 """Opening a local checkpoint with the reader ``_detect``'s table picks: one opener per
 row of the table, bound by the row's name (a zip is TorchScript, PyTorch or ``.npz`` by
 its members, JSON a shard index or a tensor document by its first key), and
-``open_detected``, the door's way in for local paths.
+``open_detected``, the door's way in for local paths. Every opener takes ``(path, copy,
+budget, lenient)``; ``lenient`` matters only to the readers of pickles.
 """
 
 from __future__ import annotations
@@ -40,35 +41,35 @@ class Opened(NamedTuple):
     reader: Any
 
 
-def _open_gguf(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def _open_gguf(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
     # The first part of a split model opens every part (``gguf_split``).
     return Opened("gguf", open_split(open_gguf(where, copy=copy, budget=budget), copy, budget))
 
 
-def _open_safetensors(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def _open_safetensors(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
     return Opened("safetensors", SafetensorsFile(where, [_Shard(where, budget)], copy))
 
 
-def _open_zip(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def _open_zip(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
     with open_regular(where) as file:
         raw = map_file(file, file_size(file), where)
     members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
     if is_torchscript(members):
-        return Opened("pytorch", open_torchscript(where, copy, budget=budget))
+        return Opened("pytorch", open_torchscript(where, copy, budget=budget, lenient=lenient))
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
-        return _open_pickle(where, copy, budget)
+        return _open_pickle(where, copy, budget, lenient)
     return Opened("npz", open_npz(where, copy))
 
 
-def _open_npy(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
     return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
 
 
-def _open_pickle(where: str, copy: bool, budget: ParseBudget) -> Opened:
-    return Opened("pytorch", open_pytorch(where, copy, budget=budget))
+def _open_pickle(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+    return Opened("pytorch", open_pytorch(where, copy, budget=budget, lenient=lenient))
 
 
-def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def _open_json(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(_FIRST_KEY_BYTES)
@@ -78,7 +79,7 @@ def _open_json(where: str, copy: bool, budget: ParseBudget) -> Opened:
             return Opened("json", SingleReader(Path(where).stem, Tensor.from_json(data)))
     check_index_size(size, where)  # at the file's size, before the index is read
     if _first_shard_format(where) == "pickle":
-        return Opened("pytorch", open_pytorch(where, copy, budget=budget))
+        return Opened("pytorch", open_pytorch(where, copy, budget=budget, lenient=lenient))
     return Opened("safetensors", SafetensorsFile(where, _index_shards(where, budget), copy))
 
 
@@ -111,7 +112,7 @@ def _first_shard_format(index: str) -> str:
 
 
 # The opener of each row of ``_detect.FORMATS``, by the row's name.
-OPENERS: dict[str, Callable[[str, bool, ParseBudget], Opened]] = {
+OPENERS: dict[str, Callable[[str, bool, ParseBudget, bool], Opened]] = {
     "gguf": _open_gguf,
     "safetensors": _open_safetensors,
     "zip": _open_zip,
@@ -121,21 +122,23 @@ OPENERS: dict[str, Callable[[str, bool, ParseBudget], Opened]] = {
 }
 
 
-def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
+def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = False) -> Opened:
     """Open a local file or folder with the reader the table picks for it.
 
     A folder is a set of ``*.safetensors`` shards, or the parts of one split GGUF model
-    (``_detect.folder_format``). A path that cannot be opened raises its OSError
-    unchanged; content the chosen reader refuses is its DataError.
+    (``_detect.folder_format``). ``lenient`` reaches the readers of pickles (unknown
+    globals become inert records); the other formats have no globals and ignore it. A
+    path that cannot be opened raises its OSError unchanged; content the chosen reader
+    refuses is its DataError.
     """
     if os.path.isdir(where):
         if folder_format(os.listdir(where)) == "gguf":
-            return _open_gguf(folder_first_part(where), copy, budget)
+            return _open_gguf(folder_first_part(where), copy, budget, lenient)
         return Opened("safetensors", open_safetensors(where, copy))
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(HEAD_BYTES)
-    return OPENERS[detect(head, size, where).name](where, copy, budget)
+    return OPENERS[detect(head, size, where).name](where, copy, budget, lenient)
 
 
 class SingleReader:

@@ -141,6 +141,14 @@ def _unescape(m: Machine, body: bytes) -> bytes:
     return result
 
 
+def _module_class(pid: object) -> bool:
+    """Whether ``pid`` is the legacy format's ``("module", class, file, source)``."""
+    if type(pid) is not tuple or len(pid) != 4 or pid[0] != "module":
+        return False
+    kind = pid[1]
+    return isinstance(kind, Global) and kind.kind == "record" and type(pid[3]) is str
+
+
 def _unicode_text(m: Machine) -> None:
     line = m.line()
     m.spend(TEXT_BYTES + len(line), "texts")
@@ -153,6 +161,13 @@ def _unicode_text(m: Machine) -> None:
 def _persistent(m: Machine, pid: object) -> None:
     if m.storages is None:
         raise m.fail("persistent ids are not allowed in this pickle")
+    if m.lenient and _module_class(pid):
+        # The legacy format names an nn.Module subclass as ("module", class, source file,
+        # source text) so that torch.load can warn when the code changed; it stands for
+        # the class. Read leniently it is the class's record global; the text is ignored.
+        assert isinstance(pid, tuple)
+        m.stack.append(pid[1])
+        return
     if type(pid) is not tuple or len(pid) not in (5, 6) or pid[0] != "storage":
         raise m.fail(f"persistent id {describe(pid)} is not a storage tuple")
     _, kind, key, location, numel, *view = pid

@@ -30,36 +30,38 @@ of every pickle and of the zip's central directory (and an index), and charged f
 every object the pickle builds and every dotted name and metadata leaf the walk makes,
 each time a shared (memoized) container is walked again.
 
-Names: tensors anywhere inside nested dicts, lists and tuples (and sets, read as lists
-in stored order) are named by the dotted path of keys (list items and int keys by
-their decimal text); a bare tensor at the top level is named after the file's stem.
-Plain leaves (None, bool, int, float, str, and ``torch.Size`` as a list of ints) are the
-metadata, under the same dotted names. Bytes, dtypes and bare storages are neither
-tensors nor metadata and are not reported; an ``OrderedDict``'s attributes (a state
-dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
+Names (``_pickle_walk``): tensors anywhere inside nested dicts, lists and tuples are
+named by the dotted path of keys (list items and int keys by their decimal text); a bare
+tensor at the top level is named after the file's stem. Plain leaves (None, bool, int,
+float, str, and ``torch.Size`` as a list of ints) are the metadata, under the same
+dotted names. A name produced twice is a FormatError.
+
+Strict by default: a global outside the allow-list is a FormatError naming it. Opened
+with ``lenient=True``, any other global becomes an inert record (never imported or
+called) whose parts are walked for tensors; a pickled ``torch.nn.Module`` is named as
+its ``state_dict()`` names it. Either way ``imports`` lists every ``(module, name)`` the
+pickles named, in first-use order.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .._core.dtype import DType
-from .._core.errors import FormatError, IndexingError, LimitError
-from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
-from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
+from .._core.errors import FormatError, IndexingError
 from .._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
 from .._core.memory import guard_function, guard_methods
 from .._core.shape import Shape
 from .._core.storage import seal
 from .._tensor.construct import shaped
 from .._tensor.tensor import Tensor
-from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
+from ._budget import ParseBudget
 from ._common import (
     PathLike,
     TensorNames,
@@ -73,15 +75,14 @@ from ._common import (
 )
 from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
 from ._pickle import interpret
-from ._pickle_data import IntKey, PickledSet, StorageRef, TensorRef, TorchSize, describe
+from ._pickle_data import Global, StorageRef, TensorRef, describe
+from ._pickle_globals import GLOBALS
+from ._pickle_walk import Leaf, flatten
 from ._zip import read_zip, stored_bytes
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
 
 _LEGACY_PROTOCOL = 1001
-_LEAVES = (type(None), bool, int, float, str)
-
-Leaf = str | int | float | bool | list[int] | None
 
 
 class _Shard:
@@ -92,6 +93,8 @@ class _Shard:
         "_swapped",
         "_swapped_bytes",
         "big_endian",
+        "imports",
+        "lenient",
         "metadata",
         "raw",
         "spans",
@@ -99,8 +102,14 @@ class _Shard:
         "where",
     )
 
-    def __init__(self, path: str, budget: ParseBudget) -> None:
+    # The allow-list of globals this kind of file is read with (a class constant).
+    TABLE: ClassVar[Mapping[str, Global]] = GLOBALS
+
+    def __init__(self, path: str, budget: ParseBudget, lenient: bool = False) -> None:
         self.where = path
+        self.lenient = lenient
+        # Every (module, name) the pickles name, in first-use order (a dict as an ordered set).
+        self.imports: dict[tuple[str, str], None] = {}
         with open_regular(path) as file:
             size = file_size(file)
             self.raw = map_file(file, size, path)
@@ -115,12 +124,16 @@ class _Shard:
                 f"{path}: not a PyTorch checkpoint (first bytes {bytes(self.raw[:8])!r}); "
                 "expected a zip archive or a legacy torch.save pickle stream"
             )
-        self.tensors, self.metadata = _flatten(root, Path(path).stem, path, pickle_bytes, budget)
+        self.tensors, self.metadata = flatten(root, Path(path).stem, path, pickle_bytes, budget)
         for name, ref in self.tensors.items():
             _check_view(ref, f"{path}: tensor {name[:80]!r}")
         self._arrays: dict[tuple[str, DType], np.ndarray[Any, Any]] = {}
         self._swapped: OrderedDict[tuple[str, DType], np.ndarray[Any, Any]] = OrderedDict()
         self._swapped_bytes = 0
+
+    def _mode(self) -> dict[str, Any]:
+        """How every pickle of the file is interpreted: strict or lenient, imports kept."""
+        return {"lenient": self.lenient, "imports": self.imports}
 
     def _zip(
         self, storages: dict[str, StorageRef], budget: ParseBudget
@@ -141,7 +154,9 @@ class _Shard:
                 raise FormatError(f"{where}: byteorder is {text[:20]!r}, not little or big")
             self.big_endian = text == b"big"
         data = memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
-        root, end = interpret(data, 0, f"{where}: data.pkl", storages, budget=budget)
+        root, end = interpret(
+            data, 0, f"{where}: data.pkl", storages, budget=budget, **self._mode()
+        )
         if end != len(data):
             raise FormatError(f"{where}: data.pkl has {len(data) - end} bytes after its STOP")
         spans = {}
@@ -161,22 +176,22 @@ class _Shard:
         self, storages: dict[str, StorageRef], budget: ParseBudget
     ) -> tuple[object, int, dict[str, int]]:
         where, data = self.where, memoryview(self.raw)  # type: ignore[arg-type]
-        magic, pos = interpret(data, 0, where, budget=budget)
+        magic, pos = interpret(data, 0, where, budget=budget, **self._mode())
         if type(magic) is not int or magic != TORCH_LEGACY_MAGIC:
             raise FormatError(
                 f"{where}: not a torch.save file: the first pickle holds {describe(magic)}, "
                 "not the legacy magic number"
             )
-        version, pos = interpret(data, pos, where, budget=budget)
+        version, pos = interpret(data, pos, where, budget=budget, **self._mode())
         if type(version) is not int or version != _LEGACY_PROTOCOL:
             raise FormatError(f"{where}: legacy protocol version {describe(version)}, not 1001")
-        info, pos = interpret(data, pos, where, budget=budget)
+        info, pos = interpret(data, pos, where, budget=budget, **self._mode())
         if type(info) is not dict:
             raise FormatError(f"{where}: the system info is {describe(info)}, not a dict")
         start = pos
-        root, pos = interpret(data, pos, where, storages, budget=budget)
+        root, pos = interpret(data, pos, where, storages, budget=budget, **self._mode())
         pickle_bytes = pos - start
-        keys, pos = interpret(data, pos, where, budget=budget)
+        keys, pos = interpret(data, pos, where, budget=budget, **self._mode())
         if type(keys) is not list or any(type(key) is not str for key in keys):
             raise FormatError(f"{where}: the storage keys are {describe(keys)}, not strings")
         if len(set(keys)) != len(keys) or set(keys) != set(storages):
@@ -364,78 +379,6 @@ def _negated(view: np.ndarray[Any, Any], dtype: DType) -> np.ndarray[Any, Any]:
     return negated
 
 
-def _children(node: object) -> Iterator[tuple[str, object]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield (key.text if type(key) is IntKey else key), value
-    else:
-        items = node.items if type(node) is PickledSet else node
-        assert isinstance(items, (list, tuple))
-        for index, value in enumerate(items):
-            yield str(index), value
-
-
-def _flatten(
-    root: object, stem: str, where: str, pickle_bytes: int, budget: ParseBudget
-) -> tuple[dict[str, TensorRef], dict[str, Leaf]]:
-    """Name every tensor and plain leaf by its dotted path, walking without recursion.
-
-    The walk visits at most about two values per pickle byte, so shared containers
-    (memo references) that would multiply into an enormous tree are refused. Every
-    name is charged to ``budget`` before it is built, and every metadata leaf by its
-    size (a text leaf by its length, a ``torch.Size`` by its dims), each time a walk
-    reaches it: a long key or text shared under many names pays under each.
-    """
-    tensors: dict[str, TensorRef] = {}
-    metadata: dict[str, Leaf] = {}
-    visits = 2 * pickle_bytes + 4096
-
-    def leaf(name: str, value: object) -> None:
-        if name in tensors or name in metadata:
-            raise FormatError(f"{where}: the name {name[:120]!r} is produced twice")
-        if type(value) is TensorRef:
-            tensors[name] = value
-        elif type(value) in _LEAVES:
-            if type(value) is str:
-                budget.charge_text(len(value), "metadata texts")
-            metadata[name] = value  # type: ignore[assignment]
-        elif type(value) is TorchSize:
-            budget.charge_items(len(value.dims), "metadata sizes")
-            metadata[name] = list(value.dims)
-
-    if not _is_container(root):
-        budget.charge(ITEM_BYTES + TEXT_BYTES + len(stem), "dotted names")
-        leaf(stem, root)
-        return tensors, metadata
-    stack: list[tuple[Iterator[tuple[str, object]], str]] = [(_children(root), "")]
-    while stack:
-        children, prefix = stack[-1]
-        step = next(children, None)
-        if step is None:
-            stack.pop()
-            continue
-        visits -= 1
-        if visits < 0:
-            raise LimitError(f"{where}: the data refers to its parts too many times")
-        key, value = step
-        if len(prefix) + len(key) >= _MAX_NAME:
-            raise LimitError(f"{where}: a dotted name longer than {_MAX_NAME} characters")
-        # The name's text and its slot in the tables, charged before it is built.
-        budget.charge(ITEM_BYTES + TEXT_BYTES + len(prefix) + 1 + len(key), "dotted names")
-        name = f"{prefix}.{key}" if prefix else key
-        if not _is_container(value):
-            leaf(name, value)
-        elif len(stack) >= _MAX_NESTING:
-            raise FormatError(f"{where}: containers nest deeper than {_MAX_NESTING} levels")
-        else:
-            stack.append((_children(value), name))
-    return tensors, metadata
-
-
-def _is_container(value: object) -> bool:
-    return isinstance(value, (dict, list, tuple, PickledSet))
-
-
 @guard_methods
 class PyTorchFile(TensorNames):
     """A lazily read PyTorch checkpoint (zip or legacy ``torch.save``, or a sharded one).
@@ -445,10 +388,10 @@ class PyTorchFile(TensorNames):
     names, ``info(name)`` the dtype name and shape from the pickle alone, ``get(name)``
     a read-only tensor (a zero-copy view of the mapped file unless opened with
     ``copy=True``) and ``inspect(name, options)`` its inspection. A name that is not in
-    the file is an IndexingError.
+    the file is an IndexingError. ``imports`` lists the globals the pickles named.
     """
 
-    __slots__ = ("_copy", "_metadata", "_path")
+    __slots__ = ("_copy", "_imports", "_metadata", "_path", "import_table")
 
     _by_name: dict[str, tuple[_Shard, TensorRef]]
 
@@ -457,6 +400,19 @@ class PyTorchFile(TensorNames):
         self._path = path
         self._copy = copy
         self._by_name, self._metadata = merge_shards(path, shards, lambda shard: shard.tensors)
+        named: dict[tuple[str, str], None] = {}
+        for shard in shards:
+            named.update(shard.imports)
+        self._imports = tuple(named)
+        # The allow-list the pickles were read with: what it holds is data (verdicts).
+        self.import_table = shards[0].TABLE if shards else GLOBALS
+
+    @property
+    def imports(self) -> tuple[tuple[str, str], ...]:
+        """Every ``(module, name)`` the pickles named through ``GLOBAL``/``STACK_GLOBAL``/
+        ``INST``, in first-use order (shard by shard, each once), after the protocol 0-2
+        renaming (``__builtin__.set`` is ``("builtins", "set")``)."""
+        return self._imports
 
     @property
     def path(self) -> str:
@@ -515,7 +471,11 @@ class PyTorchFile(TensorNames):
 
 @guard_function
 def open_pytorch(
-    path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None
+    path: PathLike,
+    copy: bool = False,
+    *,
+    budget: ParseBudget | None = None,
+    lenient: bool = False,
 ) -> PyTorchFile:
     """Open a PyTorch checkpoint lazily, without running its pickle.
 
@@ -532,31 +492,44 @@ def open_pytorch(
     What the open builds (parsed objects, names, metadata) is charged to ``budget``,
     the open's one ``ParseBudget`` (a fresh one when None): past 64 MiB plus 16 times
     the pickle, central directory and index bytes read, a LimitError.
+
+    A global outside the allow-list is a FormatError naming it, unless ``lenient``:
+    then it becomes an inert record, never imported or called, whose arguments and state
+    are walked for tensors, and a pickled ``torch.nn.Module`` gives the names and
+    tensors of its ``state_dict()`` (see ``_pickle_walk``). Records are charged to the
+    budget like everything else the pickle builds.
     """
     text = label(path)
     spent = ParseBudget(text) if budget is None else budget
     with open_regular(text) as file:
         head = file.read(64)
     if head.lstrip(b" \t\r\n").startswith(b"{"):
-        return PyTorchFile(text, _index_shards(text, spent), copy)
-    return PyTorchFile(text, [_Shard(text, spent)], copy)
+        return PyTorchFile(text, _index_shards(text, spent, lenient), copy)
+    return PyTorchFile(text, [_Shard(text, spent, lenient)], copy)
 
 
 @guard_function
 def load_pytorch(
-    path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None
+    path: PathLike,
+    copy: bool = False,
+    *,
+    budget: ParseBudget | None = None,
+    lenient: bool = False,
 ) -> dict[str, Tensor]:
     """Every tensor of a PyTorch checkpoint by dotted name; raises as ``open_pytorch``.
 
-    Tensors are zero-copy views of the mapped file unless ``copy=True``; ``budget`` as
-    for ``open_pytorch``.
+    Tensors are zero-copy views of the mapped file unless ``copy=True``; ``budget`` and
+    ``lenient`` as for ``open_pytorch``.
     """
-    opened = open_pytorch(path, copy, budget=budget)
+    opened = open_pytorch(path, copy, budget=budget, lenient=lenient)
     return {name: shard.tensor(name, ref, copy) for name, (shard, ref) in opened._by_name.items()}
 
 
-def _index_shards(path: str, budget: ParseBudget) -> list[_Shard]:
+def _index_shards(path: str, budget: ParseBudget, lenient: bool) -> list[_Shard]:
     """The shards of an index, all opened against the one budget (granted the index)."""
     return index_shards(
-        path, lambda shard: _Shard(shard, budget), lambda shard: shard.tensors, budget=budget
+        path,
+        lambda shard: _Shard(shard, budget, lenient),
+        lambda shard: shard.tensors,
+        budget=budget,
     )

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from .._core.dtype import DType
 from .._core.errors import FormatError, LimitError
@@ -167,11 +167,14 @@ class _ScriptShard(_Shard):
     ``imports`` lists every ``(module, name)`` data.pkl names, in first-use order.
     """
 
-    __slots__ = ("imports",)
+    __slots__ = ()
+
+    TABLE: ClassVar[Mapping[str, Global]] = _ScriptGlobals(TORCHSCRIPT_GLOBALS)
 
     def __init__(self, path: str, budget: ParseBudget, lenient: bool = False) -> None:
         # Everything ``_Shard.__init__`` sets, read the TorchScript way.
         self.where = path
+        self.lenient = lenient
         with open_regular(path) as file:
             size = file_size(file)
             self.raw = map_file(file, size, path)
@@ -199,13 +202,13 @@ class _ScriptShard(_Shard):
             f"{path}: data.pkl",
             storages,
             budget=budget,
-            table=_ScriptGlobals(TORCHSCRIPT_GLOBALS),
+            table=self.TABLE,
             lenient=lenient,
             imports=imports,
         )
         if end != len(data):
             raise FormatError(f"{path}: data.pkl has {len(data) - end} bytes after its STOP")
-        self.imports = tuple(imports)
+        self.imports = imports
         self.spans = _spans(storages, members, prefix, path)
         code = CodeIndex(self.raw, members, prefix, path, budget)
         self.tensors = _state(root, code, path, end, budget)

@@ -29,12 +29,14 @@ from ..io._detect import HEAD_BYTES, detect
 from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 from ..io._http import is_url
 from ..io._open import open_detected
+from ..io._pickle_verdicts import PickleImport, judge
 from ..io._safetensors_header import DTYPE_BITS
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
 
 __all__ = [
     "Checkpoint",
+    "PickleImport",
     "TensorInfo",
     "admit",
     "digest_of",
@@ -91,11 +93,20 @@ class Checkpoint(Mapping[str, Tensor]):
     missing name raises ``KeyError`` as every Mapping does; a tensor whose stored type
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
-    ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``;
-    ``close()`` or ``with`` releases the reader (tensors already loaded stay valid).
+    ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``,
+    ``imports`` (the globals a pickle names, judged); ``close()`` or ``with`` releases
+    the reader (tensors already loaded stay valid).
     """
 
-    __slots__ = ("_float32_keys", "_format", "_infos", "_metadata", "_path", "_reader")
+    __slots__ = (
+        "_float32_keys",
+        "_format",
+        "_imports",
+        "_infos",
+        "_metadata",
+        "_path",
+        "_reader",
+    )
 
     def __init__(
         self,
@@ -112,6 +123,7 @@ class Checkpoint(Mapping[str, Tensor]):
         self._infos = infos
         self._metadata = metadata
         self._float32_keys: frozenset[str] = frozenset()
+        self._imports: tuple[PickleImport, ...] = ()
 
     @property
     def format(self) -> str:
@@ -122,6 +134,22 @@ class Checkpoint(Mapping[str, Tensor]):
     def path(self) -> str:
         """The path (or URL) the checkpoint was opened from."""
         return self._path
+
+    @property
+    def imports(self) -> tuple[PickleImport, ...]:
+        """Every global the checkpoint's pickles name, as ``PickleImport(module, name,
+        verdict)``, in first-use order (each once; the names after Python's protocol 0-2
+        renaming, ``__builtin__.set`` as ``builtins.set``).
+
+        It is the interpreter's own record of the ``GLOBAL``/``STACK_GLOBAL``/``INST``
+        opcodes it ran, so a name assembled through the memo or the stack is reported
+        as what it resolved to. ``verdict`` is ``"data"`` (strict mode reads it as
+        data), ``"dangerous"`` (it runs code or touches the system when unpickled:
+        ``os.system``, ``builtins.eval``, ``torch.load``...) or ``"unknown"`` (any
+        other, such as a model's own class; readable only with ``lenient=True``).
+        Nothing named is ever imported or called. ``()`` for formats without pickles.
+        """
+        return self._imports
 
     @property
     def unreadable(self) -> dict[str, str]:
@@ -311,6 +339,7 @@ def open_checkpoint(
     path: str | os.PathLike[str] | bytes,
     copy: bool = False,
     *,
+    lenient: bool = False,
     token: str | None = None,
     timeout: float | tuple[float, float] | None = None,
 ) -> Checkpoint:
@@ -323,6 +352,14 @@ def open_checkpoint(
     makes every tensor a copy independent of the file. A path that cannot be opened
     raises the OSError unchanged; an unrecognized or malformed file is a FormatError
     (LimitError for caps) naming the file.
+
+    A pickle (PyTorch) is interpreted as data, never run. By default a global outside
+    strict mode's allow-list is a FormatError naming it. With ``lenient=True`` any
+    other global becomes an inert record, never imported or called, whose arguments
+    and state are walked for tensors; a pickled ``torch.nn.Module`` (``torch.save(model)``)
+    gives exactly the names and tensors of its ``state_dict()``. ``imports`` lists what
+    the pickles named, with verdicts. For formats without pickles ``lenient`` changes
+    nothing.
 
     An ``http://`` or ``https://`` URL of a safetensors file, a
     ``*.safetensors.index.json`` (shards resolved relative to it) or a GGUF file is read
@@ -347,7 +384,7 @@ def open_checkpoint(
         assert isinstance(path, str)
         return _remote(path, token, timeout)
     where = label(path)
-    kind, reader = open_detected(where, copy, ParseBudget(where))
+    kind, reader = open_detected(where, copy, ParseBudget(where), lenient)
     if kind == "safetensors":
         return _from_safetensors(where, reader)
     if kind == "gguf":
@@ -427,7 +464,10 @@ def _from_pytorch(where: str, reader: Any) -> Checkpoint:
     for name in reader.keys():
         dtype_name, shape = reader.info(name)
         infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
-    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
+    checkpoint = Checkpoint(where, "pytorch", reader, infos, reader.metadata)
+    # Every pickle reader lists what its pickles named; one that does not reports none.
+    checkpoint._imports = judge(reader.imports, reader.import_table)
+    return checkpoint
 
 
 def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:

@@ -12,7 +12,9 @@ with a Dask scheduler address, the workers of a ``dask.distributed`` cluster
 (``_dask_engine``; ``_engine.runner`` picks one). Both run the same task functions on
 the same tasks. Workers open
 the checkpoint files themselves by path (nothing large crosses a pipe or the network)
-and keep them open for the tasks that follow. With one job every task runs in the
+and keep them open for the tasks that follow; a path made by ``where(path, lenient=True)``
+is a ``LenientPath``, which workers open with ``lenient=True`` (so ``--lenient`` reaches
+every worker with no change to the tasks). With one job every task runs in the
 calling process. When a task fails, the error reported is the one of the first failing
 task in task order (later tasks are cancelled), so errors too are the same for any
 number of workers.
@@ -46,6 +48,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "JobError",
+    "LenientPath",
     "Part",
     "Runner",
     "loaded",
@@ -125,9 +128,22 @@ def plan(
     return tasks
 
 
-def where(path: str) -> str:
-    """The path workers open: absolute, so a worker's working directory does not matter."""
-    return path if "://" in path else os.path.abspath(path)
+class LenientPath(str):
+    """A checkpoint path that workers open with ``lenient=True``; its text is the path.
+
+    A str, so tasks, error messages and both engines (pickled to worker processes and
+    Dask workers) carry it as they carry any path, and the mode travels with it.
+    """
+
+    __slots__ = ()
+
+
+def where(path: str, lenient: bool = False) -> str:
+    """The path workers open: absolute, so a worker's working directory does not matter;
+    with ``lenient`` (or given a ``LenientPath``), a ``LenientPath`` (workers open it with
+    ``lenient=True``)."""
+    found = path if "://" in path else os.path.abspath(path)
+    return LenientPath(found) if lenient or type(path) is LenientPath else found
 
 
 # -- the worker side: checkpoints opened once per process ---------------------------------
@@ -137,7 +153,7 @@ def where(path: str) -> str:
 # ``version`` (one per command, or the file's stamp), so a file rewritten between two
 # commands is opened afresh instead of being read through a stale mapping.
 
-_Key = tuple[str, object]  # (path, version)
+_Key = tuple[str, bool, object]  # (path, lenient, version)
 _OPEN: dict[_Key, Checkpoint] = {}
 _SHARED: set[_Key] = set()
 _LAST: list[tuple[_Key, str, Tensor]] = []
@@ -147,13 +163,21 @@ _RETIRED: list[Checkpoint] = []
 _TASK = threading.local()  # the version of the task running in this thread
 
 
-def _key(path: str) -> _Key:
-    return (path, getattr(_TASK, "version", None))
+def _key(path: str, version: object = None) -> _Key:
+    """The cache key of ``path`` (as a plain str) in its mode, under ``version``."""
+    return (str(path), type(path) is LenientPath, version)
+
+
+def _task_key(path: str) -> _Key:
+    return _key(path, getattr(_TASK, "version", None))
 
 
 def opened(path: str) -> Checkpoint:
-    """The checkpoint at ``path``, opened once per process and kept for later tasks."""
-    key = _key(path)
+    """The checkpoint at ``path``, opened once per process and kept for later tasks.
+
+    A ``LenientPath`` is opened with ``lenient=True``.
+    """
+    key = _task_key(path)
     with _LOCK:
         found = _OPEN.get(key)
         if found is None:
@@ -165,7 +189,7 @@ def opened(path: str) -> Checkpoint:
                 else:
                     evicted.close()
                 _LAST.clear()
-            found = _OPEN[key] = open_checkpoint(path)
+            found = _OPEN[key] = open_checkpoint(str(path), lenient=key[1])
         return found
 
 
@@ -175,7 +199,7 @@ def loaded(path: str, name: str) -> Tensor:
     Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
     tensor that must be decoded whole (a compressed member) is decoded once per worker.
     """
-    key = _key(path)
+    key = _task_key(path)
     with _LOCK:
         for index, (found_key, found_name, tensor) in enumerate(_LAST):
             if found_key == key and found_name == name:
@@ -213,7 +237,7 @@ def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
     """Let tasks run in this process use checkpoints already open here (by ``where`` path)."""
     added: list[_Key] = []
     for path, checkpoint in checkpoints:
-        key: _Key = (path, None)
+        key = _key(path)
         if key not in _OPEN:
             _OPEN[key] = checkpoint
             _SHARED.add(key)
