@@ -17,8 +17,17 @@ from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import check_index_size, file_size, map_file, open_regular
-from ._detect import HEAD_BYTES, JSON_SPACE, detect, matching
+from ._detect import (
+    DCP_MAGIC,
+    DCP_MAGIC_BYTES,
+    DCP_METADATA,
+    HEAD_BYTES,
+    JSON_SPACE,
+    detect,
+    matching,
+)
 from ._zip import DEFLATED, STORED, read_zip
+from .dcp import open_dcp
 from .gguf import open_gguf
 from .npy import load_npy
 from .npz import open_npz
@@ -60,6 +69,10 @@ def _open_npy(where: str, copy: bool, budget: ParseBudget) -> Opened:
 
 
 def _open_pickle(where: str, copy: bool, budget: ParseBudget) -> Opened:
+    with open_regular(where) as file:
+        head = file.read(DCP_MAGIC_BYTES)
+    if DCP_MAGIC in head:  # a distributed checkpoint's .metadata: its folder is the model
+        return Opened("pytorch", open_dcp(where, copy, budget=budget))
     return Opened("pytorch", open_pytorch(where, copy, budget=budget))
 
 
@@ -119,10 +132,13 @@ OPENERS: dict[str, Callable[[str, bool, ParseBudget], Opened]] = {
 def open_detected(where: str, copy: bool, budget: ParseBudget) -> Opened:
     """Open a local file or folder with the reader the table picks for it.
 
-    A folder is a set of ``*.safetensors`` shards. A path that cannot be opened raises
-    its OSError unchanged; content the chosen reader refuses is its DataError.
+    A folder holding ``.metadata`` is a distributed checkpoint, any other a set of
+    ``*.safetensors`` shards. A path that cannot be opened raises its OSError
+    unchanged; content the chosen reader refuses is its DataError.
     """
     if os.path.isdir(where):
+        if os.path.isfile(os.path.join(where, DCP_METADATA)):
+            return Opened("pytorch", open_dcp(where, copy, budget=budget))
         return Opened("safetensors", open_safetensors(where, copy))
     with open_regular(where) as file:
         size = file_size(file)

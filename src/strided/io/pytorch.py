@@ -99,11 +99,17 @@ class _Shard:
         "where",
     )
 
-    def __init__(self, path: str, budget: ParseBudget) -> None:
+    def __init__(
+        self, path: str, budget: ParseBudget, raw: np.ndarray[Any, Any] | None = None
+    ) -> None:
+        """Open the file at ``path``; or, given ``raw`` (a flat read-only uint8 array: a
+        span of a file mapped already, such as a distributed checkpoint's chunk), read
+        the archive it holds in place, without copying it, ``path`` only labelling it."""
         self.where = path
-        with open_regular(path) as file:
-            size = file_size(file)
-            self.raw = map_file(file, size, path)
+        if raw is None:
+            with open_regular(path) as file:
+                raw = map_file(file, file_size(file), path)
+        self.raw = raw
         self.big_endian = False
         storages: dict[str, StorageRef] = {}
         if bytes(self.raw[:4]) == ZIP_MAGIC:
