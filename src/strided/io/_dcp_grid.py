@@ -192,6 +192,7 @@ class Grid:
             view_step = max(1, _VIEW_BYTES // itemsize)
             for at in range(0, piece.size, view_step):
                 yield piece[at : at + view_step]
+            del block, flat, piece  # before the next block is made: one alive at a time
             first = last
 
     def _box(self, prefix: tuple[int, ...], first: int, last: int) -> tuple[slice, ...]:

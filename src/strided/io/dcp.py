@@ -140,6 +140,11 @@ class DcpFile(TensorNames):
         entry = self._lookup(name)[0]
         return math.prod(entry.dims) * entry.dtype.itemsize
 
+    def assembled(self, name: str) -> bool:
+        """Whether ``get(name)`` builds a new array (several chunks hold the tensor)."""
+        entry = self._lookup(name)[0]
+        return len(entry.chunks) > 1 and math.prod(entry.dims) > 0
+
     def get(self, name: str) -> Tensor:
         """The tensor ``name``: a zero-copy view of the file when it is one chunk,
         else a new array filled chunk by chunk (each chunk read in place, never held

@@ -249,6 +249,14 @@ class Checkpoint(Mapping[str, Tensor]):
             return found
         return None
 
+    def _assembled(self, name: str) -> bool:
+        """Private: whether ``ckpt[name]`` builds a new array from stored pieces (a
+        distributed checkpoint's tensor of several chunks). Jobs then read it by range
+        through ``_chunks``, so no whole copy of it is ever held."""
+        self.info(name)
+        reader = self._open_reader()
+        return isinstance(reader, DcpFile) and reader.assembled(name)
+
     def readable(self, name: str) -> bool:
         """Whether ``ckpt[name]`` can decode the tensor's stored type."""
         dtype = self.info(name).dtype
