@@ -10,17 +10,21 @@ values. Every job reads them, with the memory bound measured in child processes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import strided as st
 from strided.cli import main
@@ -351,27 +355,51 @@ def test_a_stitched_tensor_is_assembled_once(large: tuple[Path, Any]) -> None:
     assert size <= found["peak_mib"] < size + 16, found  # one array, filled in place
 
 
-def test_stitched_values_equal_numpy_for_many_layouts(tmp_path: Path) -> None:
-    """Grids of row and column cuts (several per dim), streamed by range: every flat
-    range ``_chunks`` gives equals the NumPy array's, for every block size."""
-    generator = torch.Generator().manual_seed(2)
-    full = torch.randn(5, 7, 6, generator=generator)
+@settings(max_examples=25, deadline=None)
+@given(data=hs.data())
+def test_stitched_values_equal_numpy_for_any_grid(data: hs.DataObject) -> None:
+    """Grids of cuts along every dim, chunks spread over files: the tensor, every flat
+    range ``_chunks`` streams, the digest and a spread inspection equal NumPy's."""
+    dims = tuple(data.draw(hs.lists(hs.integers(1, 6), min_size=1, max_size=3)))
+    cuts = [sorted(data.draw(hs.sets(hs.integers(1, dim - 1), max_size=2))) if dim > 1 else []
+            for dim in dims]  # fmt: skip
     boxes = []
-    for r0, r1 in ((0, 2), (2, 5)):
-        for c0, c1 in ((0, 3), (3, 4), (4, 7)):
-            boxes.append(((r0, c0, 0), (r1 - r0, c1 - c0, 6)))
-    folder = dcpcraft.craft(tmp_path / "grid", {"t": (full, boxes)}, files=3)
-    checkpoint = st.open_checkpoint(folder)
+    for corner in itertools.product(*[[0, *c] for c in cuts]):
+        ends = [
+            next((e for e in [*c, d] if e > o), d)
+            for o, c, d in zip(corner, cuts, dims, strict=True)
+        ]
+        boxes.append((corner, tuple(e - o for o, e in zip(corner, ends, strict=True))))
+    full = torch.arange(math.prod(dims), dtype=torch.float32).reshape(dims) * 0.5 - 3
     expected = full.numpy()
-    assert np.array_equal(checkpoint["t"].numpy(), expected)
     flat = expected.reshape(-1)
-    for start, stop in ((0, flat.size), (5, 6), (13, 170), (41, 42), (200, flat.size)):
+    with tempfile.TemporaryDirectory() as base:
+        files = data.draw(hs.integers(1, 3))
+        folder = dcpcraft.craft(Path(base) / "grid", {"t": (full, boxes)}, files=files)
+        checkpoint = st.open_checkpoint(folder)
+        assert np.array_equal(checkpoint["t"].numpy(), expected)
+        start = data.draw(hs.integers(0, flat.size - 1))
+        stop = data.draw(hs.integers(start + 1, flat.size))
         parts = list(checkpoint._chunks("t", start * 4, stop * 4))
         got = np.concatenate(parts).view(np.float32)
         assert np.array_equal(got, flat[start:stop]), (start, stop)
-    assert checkpoint["t"].digest() == st.Tensor.from_numpy(expected).digest()
-    options = st.TensorInspectionOptions(100, "spread")
-    spread = checkpoint.inspect("t", options)
-    whole = st.Tensor.from_numpy(expected).inspect(options)
-    assert [(i, str(v)) for i, v in spread.samples] == [(i, str(v)) for i, v in whole.samples]
-    assert math.prod(checkpoint.info("t").shape) == flat.size
+        assert checkpoint["t"].digest() == st.Tensor.from_numpy(expected).digest()
+        options = st.TensorInspectionOptions(50, "spread")
+        spread = checkpoint.inspect("t", options)
+        whole = st.Tensor.from_numpy(expected).inspect(options)
+        assert [(i, str(v)) for i, v in spread.samples] == [(i, str(v)) for i, v in whole.samples]
+        checkpoint.close()
+
+
+def test_rows_longer_than_a_block_are_streamed_in_pieces(tmp_path: Path) -> None:
+    """A tensor whose single rows exceed the 4 MiB block (3 rows of 6 MiB), split by
+    columns: each row is streamed through its own column pieces."""
+    full = torch.arange(3 * 1_572_864, dtype=torch.int32).reshape(3, 1_572_864)
+    boxes = dcpcraft.columns(full.shape, [700_001])
+    folder = dcpcraft.craft(tmp_path / "long", {"t": (full, boxes)})
+    checkpoint = st.open_checkpoint(folder)
+    flat = full.numpy().reshape(-1)
+    assert checkpoint["t"].digest() == st.Tensor.from_numpy(full.numpy()).digest()
+    for start, stop in ((0, flat.size), (700_000, 700_002), (1_572_860, 3_000_000)):
+        got = np.concatenate(list(checkpoint._chunks("t", start * 4, stop * 4))).view(np.int32)
+        assert np.array_equal(got, flat[start:stop])
