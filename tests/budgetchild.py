@@ -13,6 +13,7 @@ from pathlib import Path
 _CHILD = """
 import json, sys, tracemalloc, time
 import strided as st
+import strided.io._open, strided.jobs._checkpoint  # the readers' code is not what an open builds
 tracemalloc.start()  # NumPy's buffers are traced too
 start = time.perf_counter()
 try:

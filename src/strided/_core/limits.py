@@ -169,6 +169,9 @@ MAX_PYTORCH_NESTING = 256  # dicts/lists/tuples inside each other
 MAX_PYTORCH_NAME = 1 << 16  # characters in a dotted name
 # Byte-swapped storages of a big-endian archive kept for reuse (least recently used go).
 MAX_SWAPPED_CACHE_BYTES = 64 << 20
+# Distributed checkpoints: the cells a tensor's chunk boundaries cut it into (DCP writes
+# one cell per chunk); each cell costs 4 bytes while the chunks are checked.
+MAX_DCP_GRID_CELLS = 1 << 22
 
 # Remote files and manifests
 MAX_REDIRECTS = 5

@@ -21,11 +21,14 @@ from its name. The entries are tried in this order, and the first that accepts w
    ``metadata`` or ``weight_map`` (safetensors or PyTorch shards, by the first shard's
    own first bytes), otherwise a strided tensor document.
 
-A folder is a set of ``*.safetensors`` shards, or the parts of a split GGUF model when it
-holds ``*.gguf`` files and no ``*.safetensors`` (``folder_format``). A GGUF file whose
-``split.count`` says it is the first of several parts opens with the other parts. A file
-no entry accepts is a FormatError listing what was tried. Caps that bound a whole file
-(an index) are checked against the file's size before any of it is read.
+A folder is a distributed checkpoint when it holds ``DCP_METADATA`` (``.metadata``), the
+parts of a split GGUF model when it holds ``*.gguf`` files and no ``*.safetensors``
+(``folder_format``), else a set of ``*.safetensors`` shards. A pickle whose first bytes
+name ``DCP_MAGIC`` (the module of DCP's ``Metadata`` class) is a distributed
+checkpoint's ``.metadata``, and opens its folder. A GGUF file whose ``split.count`` says
+it is the first of several parts opens with the other parts. A file no entry accepts is
+a FormatError listing what was tried. Caps that bound a whole file (an index) are
+checked against the file's size before any of it is read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_SAFETENSORS_HEADER_BYTES
 
 __all__ = [
+    "DCP_MAGIC",
+    "DCP_METADATA",
     "FORMATS",
     "GGUF_MAGIC",
     "HEAD_BYTES",
@@ -62,6 +67,10 @@ PICKLE_PROTO = 0x80  # the PROTO opcode that starts a pickle of protocol 2 or la
 # The first value a legacy (non-zip) torch.save pickle holds.
 TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 JSON_SPACE = b" \t\r\n"
+# A distributed checkpoint: the file a folder holds, and what its pickle names first.
+DCP_METADATA = ".metadata"
+DCP_MAGIC = b"torch.distributed.checkpoint.metadata"
+DCP_MAGIC_BYTES = 64  # DCP_MAGIC lies within the first bytes (after PROTO and FRAME)
 
 
 class Format(NamedTuple):

@@ -18,8 +18,18 @@ from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import check_index_size, file_size, map_file, open_regular
-from ._detect import HEAD_BYTES, JSON_SPACE, detect, folder_format, matching
+from ._detect import (
+    DCP_MAGIC,
+    DCP_MAGIC_BYTES,
+    DCP_METADATA,
+    HEAD_BYTES,
+    JSON_SPACE,
+    detect,
+    folder_format,
+    matching,
+)
 from ._zip import DEFLATED, STORED, read_zip
+from .dcp import open_dcp
 from .gguf import open_gguf
 from .gguf_split import folder_first_part, open_split
 from .npy import load_npy
@@ -66,6 +76,10 @@ def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Ope
 
 
 def _open_pickle(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+    with open_regular(where) as file:
+        head = file.read(DCP_MAGIC_BYTES)
+    if DCP_MAGIC in head:  # a distributed checkpoint's .metadata: its folder is the model
+        return Opened("pytorch", open_dcp(where, copy, budget=budget))
     return Opened("pytorch", open_pytorch(where, copy, budget=budget, lenient=lenient))
 
 
@@ -125,13 +139,17 @@ OPENERS: dict[str, Callable[[str, bool, ParseBudget, bool], Opened]] = {
 def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = False) -> Opened:
     """Open a local file or folder with the reader the table picks for it.
 
-    A folder is a set of ``*.safetensors`` shards, or the parts of one split GGUF model
-    (``_detect.folder_format``). ``lenient`` reaches the readers of pickles (unknown
-    globals become inert records); the other formats have no globals and ignore it. A
-    path that cannot be opened raises its OSError unchanged; content the chosen reader
+    A folder holding ``.metadata`` is a distributed checkpoint, one holding the parts of
+    a split GGUF model is that model (``_detect.folder_format``), any other a set of
+    ``*.safetensors`` shards. ``lenient`` reaches the readers of ``torch.save`` pickles
+    (unknown globals become inert records); a distributed checkpoint's ``.metadata`` is
+    always read by its own allow-list, and the other formats have no globals. A path
+    that cannot be opened raises its OSError unchanged; content the chosen reader
     refuses is its DataError.
     """
     if os.path.isdir(where):
+        if os.path.isfile(os.path.join(where, DCP_METADATA)):
+            return Opened("pytorch", open_dcp(where, copy, budget=budget))
         if folder_format(os.listdir(where)) == "gguf":
             return _open_gguf(folder_first_part(where), copy, budget, lenient)
         return Opened("safetensors", open_safetensors(where, copy))

@@ -105,14 +105,24 @@ class _Shard:
     # The allow-list of globals this kind of file is read with (a class constant).
     TABLE: ClassVar[Mapping[str, Global]] = GLOBALS
 
-    def __init__(self, path: str, budget: ParseBudget, lenient: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        budget: ParseBudget,
+        lenient: bool = False,
+        raw: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        """Open the file at ``path``; or, given ``raw`` (a flat read-only uint8 array: a
+        span of a file mapped already, such as a distributed checkpoint's chunk), read
+        the archive it holds in place, without copying it, ``path`` only labelling it."""
         self.where = path
         self.lenient = lenient
         # Every (module, name) the pickles name, in first-use order (a dict as an ordered set).
         self.imports: dict[tuple[str, str], None] = {}
-        with open_regular(path) as file:
-            size = file_size(file)
-            self.raw = map_file(file, size, path)
+        if raw is None:
+            with open_regular(path) as file:
+                raw = map_file(file, file_size(file), path)
+        self.raw = raw
         self.big_endian = False
         storages: dict[str, StorageRef] = {}
         if bytes(self.raw[:4]) == ZIP_MAGIC:

@@ -31,6 +31,7 @@ from ..io._http import is_url
 from ..io._open import open_detected
 from ..io._pickle_verdicts import PickleImport, judge
 from ..io._safetensors_header import DTYPE_BITS
+from ..io.dcp import DcpFile
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
 
@@ -154,7 +155,8 @@ class Checkpoint(Mapping[str, Tensor]):
     @property
     def unreadable(self) -> dict[str, str]:
         """A fresh dict ``{name: reason}`` of the members the file holds but strided
-        cannot read (``.npz``: string, object, structured arrays); their names are not
+        cannot read (``.npz``: string, object, structured arrays; a distributed
+        checkpoint: non-tensor items that are not plain data); their names are not
         keys. ``{}`` for formats without such members, and once closed."""
         return dict(getattr(self._reader, "unreadable", {}))
 
@@ -163,7 +165,8 @@ class Checkpoint(Mapping[str, Tensor]):
         """A fresh copy of the checkpoint's metadata (``{}`` when it has none).
 
         safetensors: the ``__metadata__`` strings; GGUF: the key-value pairs; PyTorch:
-        the plain leaves beside the tensors, under their dotted names.
+        the plain leaves beside the tensors, under their dotted names; a distributed
+        checkpoint: each plain non-tensor item under its name, as one value.
         """
         return {key: _copied(value) for key, value in self._metadata.items()}
 
@@ -259,17 +262,28 @@ class Checkpoint(Mapping[str, Tensor]):
 
         For safetensors and GGUF, whose tensors are stored as their logical row-major
         little-endian bytes (or as the blocks a quantized digest hashes): views of a
-        mapped file, or streamed from a remote one. None for the other formats.
+        mapped file, or streamed from a remote one. For a distributed checkpoint, the
+        logical bytes read through its chunks (views where one chunk holds them,
+        bounded blocks assembled from several otherwise), never the whole tensor at
+        once. None for the other formats.
         """
         self.info(name)
         reader = self._open_reader()
         if isinstance(reader, _GGUFReader):
             found: Iterator[Any] = reader.handle.chunks(name, first, last)
             return found
-        if self._format == "safetensors":
+        if self._format == "safetensors" or isinstance(reader, DcpFile):
             found = reader.chunks(name, first, last)  # type: ignore[attr-defined]
             return found
         return None
+
+    def _assembled(self, name: str) -> bool:
+        """Private: whether ``ckpt[name]`` builds a new array from stored pieces (a
+        distributed checkpoint's tensor of several chunks). Jobs then read it by range
+        through ``_chunks``, so no whole copy of it is ever held."""
+        self.info(name)
+        reader = self._open_reader()
+        return isinstance(reader, DcpFile) and reader.assembled(name)
 
     def readable(self, name: str) -> bool:
         """Whether ``ckpt[name]`` can decode the tensor's stored type."""
@@ -326,7 +340,12 @@ def has_dtype(type_name: str) -> bool:
 
 
 def _copied(value: Any) -> Any:
-    return [_copied(item) for item in value] if isinstance(value, list) else value
+    # Lists and dicts (a distributed checkpoint's items may hold both) are copied.
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    return value
 
 
 def _dequantizable(type_name: str) -> bool:
@@ -347,7 +366,9 @@ def open_checkpoint(
 
     safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
     ``.npy``, ``.npz``, PyTorch checkpoints (zip and legacy, read without running them;
-    also sharded through ``pytorch_model.bin.index.json``) and strided JSON. Headers are
+    also sharded through ``pytorch_model.bin.index.json``; a distributed checkpoint
+    folder of ``torch.distributed.checkpoint``, or its ``.metadata``, as one model whose
+    ``format`` is ``"pytorch"``) and strided JSON. Headers are
     validated at once; tensor data is read only when a tensor is asked for. ``copy=True``
     makes every tensor a copy independent of the file. A path that cannot be opened
     raises the OSError unchanged; an unrecognized or malformed file is a FormatError

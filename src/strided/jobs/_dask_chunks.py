@@ -66,7 +66,8 @@ class TensorChunks:
         with task_scope(self.version):
             if self.quantized:
                 return self._dequantized(index)
-            if self.ndim and is_url(self.path):
+            # Over HTTP, or assembled from a distributed checkpoint's chunks: only the rows.
+            if self.ndim and (is_url(self.path) or opened(self.path)._assembled(self.name)):
                 return self._fetched(index)
             return np.asarray(loaded(self.path, self.name).numpy()[index])
 

@@ -95,7 +95,8 @@ def run_task(task: DiffTask) -> list[Tally]:
 
 def _source(path: str, name: str) -> Source:
     checkpoint = opened(path)
-    if has_dtype(checkpoint.info(name).dtype):
+    # A tensor assembled from chunks is read by range instead (never held whole).
+    if has_dtype(checkpoint.info(name).dtype) and not checkpoint._assembled(name):
         return Source(checkpoint, name, loaded(path, name))
     return Source(checkpoint, name)
 

@@ -134,7 +134,9 @@ def convert_task(task: ConvertTask) -> np.ndarray[Any, Any]:
     target = DType[target_name]
     checkpoint = opened(path)
     try:
-        tensor = loaded(path, name) if has_dtype(checkpoint.info(name).dtype) else None
+        # A tensor assembled from chunks is read by range instead (never held whole).
+        whole = has_dtype(checkpoint.info(name).dtype) and not checkpoint._assembled(name)
+        tensor = loaded(path, name) if whole else None
         source = Source(checkpoint, name, tensor)
         try:
             values = convert_array(source.values(start, stop), source.dtype, target)

@@ -1,7 +1,9 @@
 """A checkpoint tensor's values, read by flat element range without loading the whole tensor.
 
 ``Source`` hides how a tensor is stored: a plain tensor is read through its logical
-view (zero-copy where the memory is contiguous), a block-quantized GGUF tensor is
+view (zero-copy where the memory is contiguous), a tensor that would be assembled from
+pieces (a distributed checkpoint's tensor of several chunks) through its chunks, a
+range at a time, never whole; a block-quantized GGUF tensor is
 dequantized only for the blocks that cover the range asked for, and a tensor of a
 stored type strided cannot decode (safetensors ``F4``, ``C64``...) is offered as its
 stored bytes, whose "elements" are then bytes.
@@ -38,7 +40,17 @@ class Source:
     raw tensors).
     """
 
-    __slots__ = ("_array", "_block", "_stored", "dtype", "kind", "numel", "type_name")
+    __slots__ = (
+        "_array",
+        "_block",
+        "_name",
+        "_ranged",
+        "_stored",
+        "dtype",
+        "kind",
+        "numel",
+        "type_name",
+    )
 
     def __init__(
         self,
@@ -53,7 +65,13 @@ class Source:
         self._array: np.ndarray[Any, Any] | None = None
         self._stored: np.ndarray[Any, Any] | None = None
         self._block: Any = None
-        if has_dtype(info.dtype):
+        self._ranged: Checkpoint | None = None
+        self._name = name
+        if has_dtype(info.dtype) and tensor is None and checkpoint._assembled(name):
+            self._ranged = checkpoint
+            self.dtype = DType[info.dtype]
+            self.numel = info.shape.numel
+        elif has_dtype(info.dtype):
             self._array = (checkpoint[name] if tensor is None else tensor).numpy()
             self.dtype = DType[info.dtype]
             self.numel = int(self._array.size)
@@ -70,6 +88,14 @@ class Source:
 
     def values(self, start: int, stop: int) -> np.ndarray[Any, Any]:
         """Elements ``[start, stop)`` as one 1-D array (a view when the memory allows)."""
+        if self._ranged is not None:
+            size = self.dtype.itemsize
+            found = self._ranged._chunks(self._name, start * size, stop * size)
+            assert found is not None
+            parts: list[np.ndarray[Any, Any]] = list(found)
+            data = parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0, np.uint8), *parts])
+            viewed: np.ndarray[Any, Any] = data.view(self.dtype.numpy)
+            return viewed
         if self._array is not None:
             parts = list(pieces(self._array, start, stop, 1 << 62, 1 << 62))
             if len(parts) == 1:
@@ -82,7 +108,7 @@ class Source:
 
     def stored_bytes(self, start: int, stop: int) -> np.ndarray[Any, Any]:
         """The stored bytes holding elements ``[start, stop)`` (whole blocks), as uint8."""
-        if self._array is not None:
+        if self._array is not None or self._ranged is not None:
             return self.values(start, stop).view(np.uint8)
         assert self._stored is not None
         if self._block is None:
