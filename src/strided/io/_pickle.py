@@ -6,7 +6,7 @@ opcodes itself (their handlers are in ``_pickle_ops``) and never imports, looks 
 calls anything a file names. It builds only plain data -- ``dict``,
 ``collections.OrderedDict``, ``list``, ``tuple``, ``str``, ``bytes``, ``int``,
 ``float``, ``bool``, ``None`` and ordered sets -- plus the records of ``_pickle_data``
-(int dict keys become ``IntKey``s), and knows only the closed table of globals in
+(dict keys other than str become ``DataKey``s), and knows only the closed table of globals in
 ``_pickle_globals``, each understood as data.
 
 A persistent id may only be a storage tuple ``('storage', type, key, location, numel)``
@@ -41,8 +41,8 @@ from .._core.limits import MAX_PICKLE_LINE as _MAX_LINE
 from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
 from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
 from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
-from ._budget import OBJECT_BYTES, ParseBudget
-from ._pickle_data import Global, IntKey, StorageRef, describe
+from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
+from ._pickle_data import DataKey, Global, StorageRef, data_key, describe
 from ._pickle_globals import GLOBALS
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
 
@@ -223,14 +223,28 @@ class Machine:
             raise self.fail(f"memo entry {describe(index)} was never stored")
         self.stack.append(value)
 
-    def key(self, key: object) -> str | IntKey:
-        """A dict key as the dict holds it: a str as it is, an int as an ``IntKey``."""
+    def key(self, key: object) -> str | DataKey:
+        """A dict key as the dict holds it: a str as it is, others as a ``DataKey``.
+
+        int, float, bool, None and tuples of them (and of str) are keys; bytes and
+        everything else are FormatErrors. The key's text is charged before it is made.
+        """
         if type(key) is str:
             return key
-        if type(key) is not int:
-            raise self.fail(f"dict key {describe(key)} is not a str or an int")
-        self.spend(2 * OBJECT_BYTES + key.bit_length() // 3, "int dict keys")
-        return IntKey(key)
+        if type(key) is int:
+            self.spend(2 * OBJECT_BYTES + key.bit_length() // 3, "dict keys")
+        elif type(key) is tuple:
+            self.spend(2 * OBJECT_BYTES + ITEM_BYTES * len(key), "dict keys")
+        try:
+            found = data_key(key) if type(key) is not bytes else None
+        except FormatError as exc:
+            raise self.fail(str(exc)) from None
+        if found is None:
+            raise self.fail(
+                f"dict key {describe(key)} is not a str, int, float, bool, None or tuple"
+            )
+        self.spend(2 * OBJECT_BYTES + 2 * len(found.text), "dict keys")
+        return found
 
     def run(self) -> tuple[object, int]:
         data, handlers = self.data, HANDLERS

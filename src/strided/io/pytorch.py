@@ -30,13 +30,17 @@ of every pickle and of the zip's central directory (and an index), and charged f
 every object the pickle builds and every dotted name and metadata leaf the walk makes,
 each time a shared (memoized) container is walked again.
 
-Names: tensors anywhere inside nested dicts, lists and tuples (and sets, read as lists
-in stored order) are named by the dotted path of keys (list items and int keys by
-their decimal text); a bare tensor at the top level is named after the file's stem.
-Plain leaves (None, bool, int, float, str, and ``torch.Size`` as a list of ints) are the
-metadata, under the same dotted names. Bytes, dtypes and bare storages are neither
-tensors nor metadata and are not reported; an ``OrderedDict``'s attributes (a state
-dict's ``_metadata``) are ignored. A name produced twice is a FormatError.
+Names: tensors (and NumPy arrays, which are tensors too) anywhere inside nested dicts,
+lists and tuples (sets read as lists in sorted text order; Namespaces, AttributeDicts,
+defaultdicts and Counters as dicts) are named by the dotted path of keys (list items
+by their index, keys that are not str by their text: ``3``, ``0.5``, ``True``,
+``None``, ``(1, 2)``); a bare tensor at the top level is named after the file's stem.
+Plain leaves (None, bool, int, float, str -- NumPy scalars as plain numbers, complex
+numbers, paths and devices as their text -- ``torch.Size`` as a list of ints, and a
+dtype as its name) are the metadata, under the same dotted names. Bytes, types and bare
+storages are neither tensors nor metadata and are not reported; an ``OrderedDict``'s
+attributes (a state dict's ``_metadata``) are ignored. A name produced twice is a
+FormatError.
 """
 
 from __future__ import annotations
@@ -73,7 +77,8 @@ from ._common import (
 )
 from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
 from ._pickle import interpret
-from ._pickle_data import IntKey, PickledSet, StorageRef, TensorRef, TorchSize, describe
+from ._pickle_data import DataKey, Global, PickledSet, StorageRef, TensorRef, TorchSize, describe
+from ._pickle_numpy import ArrayRef, NumpyDType, array_values
 from ._zip import read_zip, stored_bytes
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
@@ -117,7 +122,8 @@ class _Shard:
             )
         self.tensors, self.metadata = _flatten(root, Path(path).stem, path, pickle_bytes, budget)
         for name, ref in self.tensors.items():
-            _check_view(ref, f"{path}: tensor {name[:80]!r}")
+            if type(ref) is TensorRef:
+                _check_view(ref, f"{path}: tensor {name[:80]!r}")
         self._arrays: dict[tuple[str, DType], np.ndarray[Any, Any]] = {}
         self._swapped: OrderedDict[tuple[str, DType], np.ndarray[Any, Any]] = OrderedDict()
         self._swapped_bytes = 0
@@ -243,8 +249,17 @@ class _Shard:
         while self._swapped_bytes > SWAPPED_CACHE_BYTES:
             self._swapped_bytes -= self._swapped.popitem(last=False)[1].nbytes
 
-    def tensor(self, name: str, ref: TensorRef, copy: bool) -> Tensor:
-        """The tensor ``ref`` describes, as a view of its storage (or a copy)."""
+    def tensor(self, name: str, ref: TensorRef | ArrayRef, copy: bool) -> Tensor:
+        """The tensor ``ref`` describes, as a view of its storage (or a copy).
+
+        A NumPy array's tensor views its bytes in the pickle (or their copy).
+        """
+        if type(ref) is ArrayRef:
+            try:
+                return tensor_of(array_values(ref), ref.dtype, copy)
+            except FormatError as exc:
+                raise FormatError(f"{self.where}: tensor {name[:80]!r}: {exc}") from None
+        assert type(ref) is TensorRef
         dtype = ref.dtype
         storage = self.storage(ref.storage, dtype)
         if 0 in ref.dims:
@@ -367,9 +382,9 @@ def _negated(view: np.ndarray[Any, Any], dtype: DType) -> np.ndarray[Any, Any]:
 def _children(node: object) -> Iterator[tuple[str, object]]:
     if isinstance(node, dict):
         for key, value in node.items():
-            yield (key.text if type(key) is IntKey else key), value
+            yield (key.text if type(key) is DataKey else key), value
     else:
-        items = node.items if type(node) is PickledSet else node
+        items = node.ordered() if type(node) is PickledSet else node
         assert isinstance(items, (list, tuple))
         for index, value in enumerate(items):
             yield str(index), value
@@ -377,7 +392,7 @@ def _children(node: object) -> Iterator[tuple[str, object]]:
 
 def _flatten(
     root: object, stem: str, where: str, pickle_bytes: int, budget: ParseBudget
-) -> tuple[dict[str, TensorRef], dict[str, Leaf]]:
+) -> tuple[dict[str, TensorRef | ArrayRef], dict[str, Leaf]]:
     """Name every tensor and plain leaf by its dotted path, walking without recursion.
 
     The walk visits at most about two values per pickle byte, so shared containers
@@ -386,7 +401,7 @@ def _flatten(
     size (a text leaf by its length, a ``torch.Size`` by its dims), each time a walk
     reaches it: a long key or text shared under many names pays under each.
     """
-    tensors: dict[str, TensorRef] = {}
+    tensors: dict[str, TensorRef | ArrayRef] = {}
     metadata: dict[str, Leaf] = {}
     visits = 2 * pickle_bytes + 4096
 
@@ -395,6 +410,14 @@ def _flatten(
             raise FormatError(f"{where}: the name {name[:120]!r} is produced twice")
         if type(value) is TensorRef:
             tensors[name] = value
+        elif type(value) is ArrayRef:
+            if not value.built:
+                raise FormatError(f"{where}: the NumPy array {name[:120]!r} has no state")
+            tensors[name] = value
+        elif type(value) is NumpyDType or (isinstance(value, Global) and value.kind == "dtype"):
+            # A dtype on its own: its name (NumPy's "float32", torch's "torch.float32").
+            budget.charge_text(len(value.name), "metadata texts")
+            metadata[name] = value.name
         elif type(value) in _LEAVES:
             if type(value) is str:
                 budget.charge_text(len(value), "metadata texts")
@@ -450,7 +473,7 @@ class PyTorchFile(TensorNames):
 
     __slots__ = ("_copy", "_metadata", "_path")
 
-    _by_name: dict[str, tuple[_Shard, TensorRef]]
+    _by_name: dict[str, tuple[_Shard, TensorRef | ArrayRef]]
 
     def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
         """Private: use ``open_pytorch``."""
@@ -483,6 +506,9 @@ class PyTorchFile(TensorNames):
         dims whose stride is not zero: a ``torch.zeros(1).expand(2**33)`` stores 4 bytes.
         """
         ref = self._lookup(name)[1]
+        if type(ref) is ArrayRef:
+            return len(ref.raw)
+        assert type(ref) is TensorRef
         return _stored_elements(ref) * ref.dtype.itemsize
 
     def get(self, name: str) -> Tensor:
@@ -503,7 +529,7 @@ class PyTorchFile(TensorNames):
         tensor: Any = self.get(name)
         return tensor.inspect() if options is None else tensor.inspect(options)
 
-    def _lookup(self, name: object) -> tuple[_Shard, TensorRef]:
+    def _lookup(self, name: object) -> tuple[_Shard, TensorRef | ArrayRef]:
         found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")
