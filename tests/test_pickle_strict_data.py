@@ -518,7 +518,7 @@ def test_attribute_dicts_of_lightning_packages_only(module: str, allowed: bool) 
     ("payload", "match"),
     [
         (glob("argparse", "Namespace") + b")\x81" + text("a") + num(1) + b"s",
-         "cannot set items on a DataDict"),
+         "cannot set items on argparse.Namespace"),
         (glob("argparse", "Namespace") + b")\x81" + b"}" + num(1) + b"Nsb" + b"}" + num(1) + b"Nsb",
          "attribute 1 is set twice"),
         (call(glob("collections", "defaultdict"), glob("os", "system")), "os.system is not"),

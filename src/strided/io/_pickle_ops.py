@@ -254,7 +254,9 @@ def _setitems(m: Machine, items: list[Any]) -> None:
         set_record_items(m, target, items)
         return
     kind = type(target)
-    if kind is not dict and kind is not OrderedDict and not (kind is DataDict and target.settable):
+    if kind is DataDict and not target.settable:
+        raise m.fail(f"cannot set items on {target.kind} (its attributes come by BUILD)")
+    if kind is not dict and kind is not OrderedDict and kind is not DataDict:
         raise m.fail(f"cannot set items on {describe(target)}")
     set_dict_items(m, target, items)
 
