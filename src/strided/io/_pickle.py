@@ -6,15 +6,17 @@ opcodes itself (their handlers are in ``_pickle_ops``) and never imports, looks 
 calls anything a file names. It builds only plain data -- ``dict``,
 ``collections.OrderedDict``, ``list``, ``tuple``, ``str``, ``bytes``, ``int``,
 ``float``, ``bool``, ``None`` and ordered sets -- plus the records of ``_pickle_data``
-(dict keys other than str become ``DataKey``s), and knows only the closed table of globals in
-``_pickle_globals``, each understood as data.
+(dict keys other than str become ``DataKey``s), ``_pickle_numpy`` (NumPy arrays and
+dtypes) and ``_pickle_builtins`` (dict-like objects held as dicts), and knows only the
+closed table of globals in ``_pickle_globals``, each understood as data.
 
 A persistent id may only be a storage tuple ``('storage', type, key, location, numel)``
 (the legacy format adds a ``None``); it becomes a ``StorageRef`` whose bytes the reader
 finds. Every other global, any call of something else, ``BUILD`` on anything but an
-``OrderedDict`` or a parameter, ``INST``/``OBJ``/``NEWOBJ``, extension codes, out-of-band
-buffers, a dict key set twice and unknown opcodes are FormatErrors naming them and the
-byte where they are.
+``OrderedDict``, a parameter, a NumPy array or dtype or a dict-like object,
+``NEWOBJ`` of anything but a dict-like class, ``INST``/``OBJ``, extension codes,
+out-of-band buffers, a dict key set twice (or two keys Python counts equal) and unknown
+opcodes are FormatErrors naming them and the byte where they are.
 
 Caps hold before anything grows: opcodes run in total (each pushes at most one value, so
 ``DUP``/``GET`` loops that build huge shared structures stop early), memo entries, open
@@ -303,7 +305,9 @@ def interpret(
     ``None`` refuses persistent ids. What the run builds is charged to ``budget`` (a
     fresh one for ``where`` when None), which is granted the pickle's bytes as they are
     read. ``data`` is only read, never copied whole; the value shares no memory with it
-    (texts and bytes are copies).
+    but for bytes of at least ``SHARED_BYTES`` (``BINBYTES``, ``BINBYTES8``,
+    ``BYTEARRAY8``: NumPy arrays' data), which are read-only ``memoryview``s of ``data``
+    (zero-copy when ``data`` is a mapped file); texts and smaller bytes are copies.
 
     ``table`` is the allow-list of globals understood as data (``GLOBALS`` unless a
     reader of a related format extends it). With ``lenient=True`` any other global
