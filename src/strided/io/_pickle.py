@@ -6,15 +6,17 @@ opcodes itself (their handlers are in ``_pickle_ops``) and never imports, looks 
 calls anything a file names. It builds only plain data -- ``dict``,
 ``collections.OrderedDict``, ``list``, ``tuple``, ``str``, ``bytes``, ``int``,
 ``float``, ``bool``, ``None`` and ordered sets -- plus the records of ``_pickle_data``
-(int dict keys become ``IntKey``s), and knows only the closed table of globals in
-``_pickle_globals``, each understood as data.
+(dict keys other than str become ``DataKey``s), ``_pickle_numpy`` (NumPy arrays and
+dtypes) and ``_pickle_builtins`` (dict-like objects held as dicts), and knows only the
+closed table of globals in ``_pickle_globals``, each understood as data.
 
 A persistent id may only be a storage tuple ``('storage', type, key, location, numel)``
 (the legacy format adds a ``None``); it becomes a ``StorageRef`` whose bytes the reader
 finds. Every other global, any call of something else, ``BUILD`` on anything but an
-``OrderedDict`` or a parameter, ``INST``/``OBJ``/``NEWOBJ``, extension codes, out-of-band
-buffers, a dict key set twice and unknown opcodes are FormatErrors naming them and the
-byte where they are.
+``OrderedDict``, a parameter, a NumPy array or dtype or a dict-like object,
+``NEWOBJ`` of anything but a dict-like class, ``INST``/``OBJ``, extension codes,
+out-of-band buffers, a dict key set twice (or two keys Python counts equal) and unknown
+opcodes are FormatErrors naming them and the byte where they are.
 
 Caps hold before anything grows: opcodes run in total (each pushes at most one value, so
 ``DUP``/``GET`` loops that build huge shared structures stop early), memo entries, open
@@ -41,8 +43,8 @@ from .._core.limits import MAX_PICKLE_LINE as _MAX_LINE
 from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
 from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
 from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
-from ._budget import OBJECT_BYTES, ParseBudget
-from ._pickle_data import Global, IntKey, StorageRef, describe
+from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
+from ._pickle_data import DataKey, Global, StorageRef, data_key, describe
 from ._pickle_globals import GLOBALS
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
 
@@ -223,14 +225,28 @@ class Machine:
             raise self.fail(f"memo entry {describe(index)} was never stored")
         self.stack.append(value)
 
-    def key(self, key: object) -> str | IntKey:
-        """A dict key as the dict holds it: a str as it is, an int as an ``IntKey``."""
+    def key(self, key: object) -> str | DataKey:
+        """A dict key as the dict holds it: a str as it is, others as a ``DataKey``.
+
+        int, float, bool, None and tuples of them (and of str) are keys; bytes and
+        everything else are FormatErrors. The key's text is charged before it is made.
+        """
         if type(key) is str:
             return key
-        if type(key) is not int:
-            raise self.fail(f"dict key {describe(key)} is not a str or an int")
-        self.spend(2 * OBJECT_BYTES + key.bit_length() // 3, "int dict keys")
-        return IntKey(key)
+        if type(key) is int:
+            self.spend(2 * OBJECT_BYTES + key.bit_length() // 3, "dict keys")
+        elif type(key) is tuple:
+            self.spend(2 * OBJECT_BYTES + ITEM_BYTES * len(key), "dict keys")
+        try:
+            found = data_key(key) if type(key) is not bytes else None
+        except FormatError as exc:
+            raise self.fail(str(exc)) from None
+        if found is None:
+            raise self.fail(
+                f"dict key {describe(key)} is not a str, int, float, bool, None or tuple"
+            )
+        self.spend(2 * OBJECT_BYTES + 2 * len(found.text), "dict keys")
+        return found
 
     def run(self) -> tuple[object, int]:
         data, handlers = self.data, HANDLERS
@@ -289,7 +305,9 @@ def interpret(
     ``None`` refuses persistent ids. What the run builds is charged to ``budget`` (a
     fresh one for ``where`` when None), which is granted the pickle's bytes as they are
     read. ``data`` is only read, never copied whole; the value shares no memory with it
-    (texts and bytes are copies).
+    but for bytes of at least ``SHARED_BYTES`` (``BINBYTES``, ``BINBYTES8``,
+    ``BYTEARRAY8``: NumPy arrays' data), which are read-only ``memoryview``s of ``data``
+    (zero-copy when ``data`` is a mapped file); texts and smaller bytes are copies.
 
     ``table`` is the allow-list of globals understood as data (``GLOBALS`` unless a
     reader of a related format extends it). With ``lenient=True`` any other global

@@ -3,14 +3,15 @@
 ``Global`` is an allow-listed name held as a marker; ``StorageRef`` a storage that a
 persistent id names; ``TensorRef`` a tensor that ``_rebuild_tensor_v2``/``_v3`` or
 ``_rebuild_parameter`` describes (a view of a storage); ``TorchSize`` and ``PickledSet``
-hold a ``torch.Size`` and a set as data; ``IntKey`` is an int dict key; a ``Record`` is
-an object of a global that only lenient mode admits, held inert.
+hold a ``torch.Size`` and a set as data; ``DataKey`` is a dict key that is not a str
+(int, float, bool, None, tuple); a ``Record`` is an object of a global that only lenient
+mode admits, held inert.
 
 Nothing a file wrote is ever hashed by its raw Python value: an int's hash is the int
 modulo 2**61 - 1, so a file could make thousands of keys collide and every insert walk
-all the others. Int dict keys are ``IntKey``s hashed by their decimal text, and set
-items are told apart by ``scalar_key`` (text and bytes, whose hashing Python
-randomizes per process). The rebuild rules only check their arguments and
+all the others. Dict keys that are not str and set items are told apart by their
+canonical text (``data_key``, ``scalar_key``), whose hashing Python randomizes per
+process. The rebuild rules only check their arguments and
 record them: nothing is called, and the reader later checks each view against the real
 size of its storage. Errors here carry no location; the interpreter adds it.
 """
@@ -27,6 +28,7 @@ from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
 from .._core.limits import check_dims
 
 __all__ = [
+    "DataKey",
     "Global",
     "IntKey",
     "PickledSet",
@@ -34,8 +36,9 @@ __all__ = [
     "StorageRef",
     "TensorRef",
     "TorchSize",
+    "data_key",
     "describe",
-    "ordered_dict",
+    "rebuild_legacy_tensor",
     "rebuild_parameter",
     "rebuild_tensor",
     "scalar_key",
@@ -46,7 +49,15 @@ SCALARS = (type(None), bool, int, float, str, bytes)
 
 
 class Global:
-    """An allow-listed global held as data: a rebuild rule, a storage type or a dtype."""
+    """An allow-listed global held as data: a rule, a type, a storage type or a dtype.
+
+    Kinds: ``"call"`` (``REDUCE`` applies ``rule``), ``"class"`` (``REDUCE`` and
+    ``NEWOBJ`` apply ``rule``: an object made empty, then filled), ``"type"`` (a marker
+    only: an argument of another rule, such as ``numpy.ndarray`` or a
+    ``defaultdict``'s factory; ``dtype`` set for ``ml_dtypes`` types), ``"storage"``,
+    ``"untyped"``, ``"dtype"`` (``dtype`` None for a torch dtype strided has no DType
+    for: data on its own, refused as a tensor's type) and ``"record"`` (lenient mode).
+    """
 
     __slots__ = ("dtype", "kind", "name", "origin", "rule")
 
@@ -59,7 +70,7 @@ class Global:
         origin: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name  # "module.qualname"
-        self.kind = kind  # "call", "storage", "untyped", "dtype" or "record"
+        self.kind = kind  # see the class docstring
         self.dtype = dtype
         self.rule = rule
         self.origin = origin  # (module, qualname) of a "record" global
@@ -149,31 +160,83 @@ class TorchSize:
         self.dims = dims
 
 
-class IntKey:
-    """An int dict key, hashed and compared by its decimal ``text`` (never by the int).
+class DataKey:
+    """A dict key that is not a str (int, float, bool, None or a tuple of such keys).
 
-    ``value`` is the int; ``str()`` gives its text, which is also its dotted name. An
-    ``IntKey`` equals only an ``IntKey`` of the same int, so the str key ``"1"`` and the
-    int key ``1`` stay two keys, as in Python.
+    ``value`` is the key as Python holds it, ``text`` its text (Python's ``str()``, which
+    is also its dotted name: ``3``, ``0.5``, ``True``, ``None``, ``(1, 'a')``) and
+    ``canon`` what equality goes by: equal for keys Python counts equal (``1``, ``1.0``
+    and ``True`` share one), and a str, so its hash is Python's randomized text hash,
+    never a hash the file chooses (an int's hash is the int modulo 2**61 - 1). A
+    ``DataKey`` never equals a str key: the str ``"1"`` and the int ``1`` stay two keys.
+    Made by ``data_key``.
     """
 
-    __slots__ = ("text", "value")
+    __slots__ = ("canon", "text", "value")
 
-    def __init__(self, value: int) -> None:
+    def __init__(self, value: object, canon: str, text: str) -> None:
         self.value = value
-        self.text = str(value)
+        self.canon = canon
+        self.text = text
 
     def __hash__(self) -> int:
-        return hash(self.text)
+        return hash(self.canon)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is IntKey and other.text == self.text
+        return type(other) is DataKey and other.canon == self.canon
 
     def __str__(self) -> str:
         return self.text
 
     def __repr__(self) -> str:
-        return f"IntKey({self.text})"
+        return f"DataKey({self.text})"
+
+
+# The older name of ``DataKey`` (int dict keys were the only keys that were not str).
+IntKey = DataKey
+
+# Tuples nested deeper than this are not keys or set items of any real checkpoint.
+MAX_KEY_NESTING = 16
+
+
+def data_key(value: object) -> DataKey | None:
+    """The ``DataKey`` of a hashable data value, or None when ``value`` is not one.
+
+    Hashable data values are None, bool, int, float, str, bytes and tuples of them
+    (nested at most ``MAX_KEY_NESTING`` deep; deeper is a FormatError). The text of a
+    tuple is Python's (``repr`` of each item); of a str or bytes alone, the str itself or
+    the bytes' ``repr``. The caller charges the key's text to its budget.
+    """
+    found = _canon(value, 0)
+    if found is None:
+        return None
+    canon, text = found
+    return DataKey(value, canon, text)
+
+
+def _canon(value: object, depth: int) -> tuple[str, str] | None:
+    """``(canon, text)`` of a hashable data value (see ``DataKey``), None if not one."""
+    kind = type(value)
+    if kind is str:
+        assert isinstance(value, str)
+        return "s" + value, value
+    if kind is tuple:
+        assert isinstance(value, tuple)
+        if depth >= MAX_KEY_NESTING:
+            raise FormatError(f"a tuple key nests deeper than {MAX_KEY_NESTING} levels")
+        canons, texts = [], []
+        for item in value:
+            found = _canon(item, depth + 1)
+            if found is None:
+                return None
+            canons.append(f"{len(found[0])}:{found[0]}")
+            texts.append(repr(item) if type(item) is str else found[1])
+        text = "(" + ", ".join(texts) + ("," if len(texts) == 1 else "") + ")"
+        return "t" + "".join(canons), text
+    if kind not in SCALARS:
+        return None
+    tag, canon = scalar_key(value)
+    return tag + ":" + str(canon), str(value) if kind is not bytes else repr(value)
 
 
 def scalar_key(item: object) -> tuple[str, object]:
@@ -188,7 +251,8 @@ def scalar_key(item: object) -> tuple[str, object]:
     if kind is str:
         return ("s", item)
     if kind is bytes:
-        return ("b", item)
+        assert isinstance(item, bytes)
+        return ("b", item.hex())
     if item is None:
         return ("z", "")
     if kind is float:
@@ -203,25 +267,36 @@ def scalar_key(item: object) -> tuple[str, object]:
 
 
 class PickledSet:
-    """A set or frozenset of plain scalars, kept in stored order.
+    """A set or frozenset of hashable data values (see ``data_key``), in stored order.
 
-    An item equal to one already there (see ``scalar_key``) is dropped, as Python's
-    set drops it.
+    An item equal to one already there is dropped, as Python's set drops it.
+    ``ordered()`` gives the items in sorted text order (the order a reader reports
+    them in: Python's own iteration order of a set of texts changes from run to run).
     """
 
-    __slots__ = ("_seen", "frozen", "items")
+    __slots__ = ("_seen", "frozen", "items", "texts")
 
     def __init__(self, frozen: bool) -> None:
         self.frozen = frozen
         self.items: list[object] = []
-        self._seen: set[tuple[str, object]] = set()
+        self.texts: list[tuple[str, str]] = []  # (text, canon) of each item
+        self._seen: set[str] = set()
 
-    def add(self, item: object) -> None:
-        """Add ``item`` unless an equal one is there (the caller checked it is a scalar)."""
-        key = scalar_key(item)
-        if key not in self._seen:
-            self._seen.add(key)
+    def add(self, item: object) -> bool:
+        """Add ``item`` unless an equal one is there; False if it is not hashable data."""
+        key = data_key(item)
+        if key is None:
+            return False
+        if key.canon not in self._seen:
+            self._seen.add(key.canon)
             self.items.append(item)
+            self.texts.append((key.text, key.canon))
+        return True
+
+    def ordered(self) -> list[object]:
+        """The items sorted by their text (ties, such as ``1`` and ``'1'``, by kind)."""
+        order = sorted(range(len(self.items)), key=self.texts.__getitem__)
+        return [self.items[index] for index in order]
 
 
 _KINDS = {
@@ -245,16 +320,9 @@ def describe(value: object) -> str:
         return value.name
     if type(value) is Record:
         return f"a {value.module}.{value.name}"[:160]
-    if type(value) is IntKey:
-        return describe(value.value)
+    if type(value) is DataKey:
+        return describe(value.value) if type(value.value) is not tuple else "a tuple"
     return _KINDS.get(type(value), f"a {type(value).__name__}")
-
-
-def ordered_dict(args: tuple[Any, ...]) -> OrderedDict[Any, Any]:
-    """``collections.OrderedDict()``: a new empty ordered dict (torch passes no arguments)."""
-    if args:
-        raise FormatError(f"expected no arguments, found {len(args)}")
-    return OrderedDict()
 
 
 def torch_size(args: tuple[Any, ...]) -> TorchSize:
@@ -282,8 +350,9 @@ def _dims(size: object) -> tuple[int, ...]:
 def _check_flags(requires_grad: object, hooks: object) -> None:
     if type(requires_grad) is not bool:
         raise FormatError(f"requires_grad must be a bool, found {describe(requires_grad)}")
-    if type(hooks) not in (dict, OrderedDict) or hooks:
-        raise FormatError("backward hooks must be an empty OrderedDict")
+    # torch 0.4 wrote None where later versions write an empty OrderedDict.
+    if hooks is not None and (type(hooks) not in (dict, OrderedDict) or hooks):
+        raise FormatError("backward hooks must be None or an empty OrderedDict")
 
 
 def _negative_bit(metadata: object, dtype: DType) -> bool:
@@ -319,19 +388,42 @@ def rebuild_tensor(args: tuple[Any, ...], explicit_dtype: bool) -> TensorRef:
     dtype = storage.dtype
     if explicit_dtype:
         marker = args[6]
-        if not isinstance(marker, Global) or marker.kind != "dtype" or marker.dtype is None:
+        if not isinstance(marker, Global) or marker.kind != "dtype":
             raise FormatError(f"the dtype is {describe(marker)}, not a torch dtype")
+        if marker.dtype is None:
+            raise FormatError(f"{marker.name} is a torch dtype strided has no DType for")
         dtype = marker.dtype
     if type(offset) is not int or offset < 0:
         raise FormatError(f"the storage offset {describe(offset)} is not an int >= 0")
     dims = _dims(size)
-    if type(stride) is not tuple or len(stride) != len(dims):
-        raise FormatError(f"the stride must be a tuple of {len(dims)} ints")
-    if any(type(step) is not int or not 0 <= step < _MAX_STRIDE for step in stride):
-        raise FormatError(f"every stride must be an int in [0, 2**48), found {describe(stride)}")
+    strides = _strides(stride, len(dims))
     _check_flags(requires_grad, hooks)
     negate = _negative_bit(args[fixed] if len(args) > fixed else None, dtype)
-    return TensorRef(storage, offset, dims, stride, dtype, negate)
+    return TensorRef(storage, offset, dims, strides, dtype, negate)
+
+
+def rebuild_legacy_tensor(args: tuple[Any, ...]) -> TensorRef:
+    """``_rebuild_tensor(storage, offset, size, stride)``, as files before torch 0.4 hold it.
+
+    The storage's type sets the element type; there are no flags.
+    """
+    if len(args) != 4:
+        raise FormatError(f"expected 4 arguments, found {len(args)}")
+    storage, offset, size, stride = args
+    if type(storage) is not StorageRef:
+        raise FormatError(f"the storage is {describe(storage)}, not a storage")
+    if type(offset) is not int or offset < 0:
+        raise FormatError(f"the storage offset {describe(offset)} is not an int >= 0")
+    dims = _dims(size)
+    return TensorRef(storage, offset, dims, _strides(stride, len(dims)), storage.dtype, False)
+
+
+def _strides(stride: object, rank: int) -> tuple[int, ...]:
+    if type(stride) is not tuple or len(stride) != rank:
+        raise FormatError(f"the stride must be a tuple of {rank} ints")
+    if any(type(step) is not int or not 0 <= step < _MAX_STRIDE for step in stride):
+        raise FormatError(f"every stride must be an int in [0, 2**48), found {describe(stride)}")
+    return stride
 
 
 def rebuild_parameter(args: tuple[Any, ...], with_state: bool) -> TensorRef:

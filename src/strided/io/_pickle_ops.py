@@ -24,14 +24,19 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PICKLE_LONG_BYTES as _MAX_LONG_BYTES
 from .._core.limits import MAX_PICKLE_NUMBER_TEXT as _MAX_NUMBER_TEXT
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
-from ._pickle_data import SCALARS, Global, PickledSet, Record, StorageRef, TensorRef, describe
+from ._pickle_builtins import DataDict, fill_set, set_dict_items
+from ._pickle_data import Global, PickledSet, Record, StorageRef, TensorRef, describe
+from ._pickle_numpy import ArrayRef, NumpyDType
 from ._pickle_records import build_record, call_record, extend_record, resolve, set_record_items
 
 if TYPE_CHECKING:
     from ._pickle import Machine
 
-__all__ = ["HANDLERS", "NAMES", "REFUSED", "stop"]
+__all__ = ["HANDLERS", "NAMES", "REFUSED", "SHARED_BYTES", "stop"]
 
+
+# Bytes of at least this many are pushed as read-only views of the pickle, not copies.
+SHARED_BYTES = 4096
 
 _I32 = struct.Struct("<i").unpack_from
 _U16 = struct.Struct("<H").unpack_from
@@ -105,7 +110,16 @@ def _push_text(m: Machine, raw: memoryview | bytes) -> None:
 
 
 def _push_bytes(m: Machine, size: int) -> None:
+    """Bytes: a copy, or from ``SHARED_BYTES`` on a read-only view of the pickle's own.
+
+    Large bytes are NumPy arrays' data; a view keeps them where the pickle holds them
+    (in a mapped file, zero-copy) and costs the budget nothing but the view.
+    """
     raw = m.sized(size)
+    if size >= SHARED_BYTES:
+        m.spend(OBJECT_BYTES, "bytes")
+        m.stack.append(raw.toreadonly())
+        return
     m.spend(TEXT_BYTES + size, "bytes")
     m.stack.append(bytes(raw))
 
@@ -225,6 +239,15 @@ def _reduce(m: Machine) -> None:
 def _build(m: Machine) -> None:
     state = m.pop()
     target = m.top()
+    kind = type(target)
+    if kind is ArrayRef or kind is NumpyDType or kind is DataDict:
+        try:
+            target.build(m, state)
+        except LimitError as exc:
+            raise LimitError(f"{m.where}: pickle byte {m.at}: {exc}") from None
+        except FormatError as exc:
+            raise m.fail(str(exc)) from None
+        return
     if type(target) is OrderedDict:
         if type(state) is not dict:
             raise m.fail(f"the state of an OrderedDict must be a dict, found {describe(state)}")
@@ -234,7 +257,10 @@ def _build(m: Machine) -> None:
     if type(target) is Record:
         build_record(m, target, state)
         return
-    raise m.fail(f"BUILD on {describe(target)} (only an OrderedDict or a parameter)")
+    raise m.fail(
+        f"BUILD on {describe(target)} (only an OrderedDict, a parameter, a NumPy array or "
+        "dtype, or a Namespace)"
+    )
 
 
 def _setitems(m: Machine, items: list[Any]) -> None:
@@ -242,16 +268,12 @@ def _setitems(m: Machine, items: list[Any]) -> None:
     if type(target) is Record:
         set_record_items(m, target, items)
         return
-    if type(target) is not dict and type(target) is not OrderedDict:
+    kind = type(target)
+    if kind is DataDict and not target.settable:
+        raise m.fail(f"cannot set items on {target.kind} (its attributes come by BUILD)")
+    if kind is not dict and kind is not OrderedDict and kind is not DataDict:
         raise m.fail(f"cannot set items on {describe(target)}")
-    if len(items) % 2:
-        raise m.fail("an odd number of items (keys and values come in pairs)")
-    m.spend(ITEM_BYTES * len(items), "dict entries")
-    for index in range(0, len(items), 2):
-        key = m.key(items[index])
-        if key in target:
-            raise m.fail(f"dict key {describe(key)} is set twice (one key, one value)")
-        target[key] = items[index + 1]
+    set_dict_items(m, target, items)
 
 
 def _dict(m: Machine) -> None:
@@ -278,14 +300,10 @@ def _extend(m: Machine, items: list[Any]) -> None:
 
 
 def _set_of(m: Machine, items: list[Any], target: PickledSet) -> PickledSet:
-    for item in items:
-        if type(item) not in SCALARS:
-            raise m.fail(f"set item {describe(item)} is not a plain scalar")
-    # Each item costs a slot and the key that tells it apart (see scalar_key).
-    m.spend((2 * ITEM_BYTES + OBJECT_BYTES) * len(items), "set items")
-    for item in items:
-        target.add(item)
-    return target
+    try:
+        return fill_set(m, items, target)
+    except FormatError as exc:
+        raise m.fail(str(exc)) from None
 
 
 def _additems(m: Machine) -> None:
@@ -353,10 +371,19 @@ def _frozenset(m: Machine) -> None:
 
 
 def _new_object(m: Machine, cls: object, args: object, what: str) -> None:
-    """``NEWOBJ``/``NEWOBJ_EX``/``INST``/``OBJ``: an object of ``cls``, a record or refused."""
+    """``NEWOBJ``/``NEWOBJ_EX``/``INST``/``OBJ``: an object of ``cls``, a record or refused.
+
+    ``NEWOBJ`` of a data class (a Namespace, an AttributeDict...) makes it as ``REDUCE``
+    does.
+    """
+    if what == "NEWOBJ" and isinstance(cls, Global) and cls.kind == "class":
+        m.stack.append(cls)
+        m.stack.append(args)
+        _reduce(m)
+        return
     record = call_record(m, cls, args)
     if record is None:
-        raise m.fail(f"{what} of {describe(cls)} (only lenient records are made this way)")
+        raise m.fail(f"{what} of {describe(cls)} (only data classes and lenient records)")
     m.stack.append(record)
 
 

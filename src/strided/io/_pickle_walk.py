@@ -47,7 +47,8 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
 from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
 from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
-from ._pickle_data import PickledSet, Record, TensorRef, TorchSize
+from ._pickle_data import Global, PickledSet, Record, TensorRef, TorchSize
+from ._pickle_numpy import ArrayRef, NumpyDType
 
 __all__ = ["Leaf", "flatten"]
 
@@ -60,14 +61,14 @@ _SETS = ("set", "frozenset")
 
 def flatten(
     root: object, stem: str, where: str, pickle_bytes: int, budget: ParseBudget
-) -> tuple[dict[str, TensorRef], dict[str, Leaf]]:
+) -> tuple[dict[str, TensorRef | ArrayRef], dict[str, Leaf]]:
     """Name every tensor and plain leaf of ``root`` by its dotted path, without recursion.
 
     ``stem`` names a bare top-level tensor or leaf; ``pickle_bytes`` (the pickle's size)
     bounds the visits. Raises FormatError for a name produced twice or nesting deeper
     than the cap, LimitError for too many visits, a name too long or the budget spent.
     """
-    tensors: dict[str, TensorRef] = {}
+    tensors: dict[str, TensorRef | ArrayRef] = {}
     metadata: dict[str, Leaf] = {}
     visits = 2 * pickle_bytes + 4096
 
@@ -76,6 +77,14 @@ def flatten(
             raise FormatError(f"{where}: the name {name[:120]!r} is produced twice")
         if type(value) is TensorRef:
             tensors[name] = value
+        elif type(value) is ArrayRef:
+            if not value.built:
+                raise FormatError(f"{where}: the NumPy array {name[:120]!r} has no state")
+            tensors[name] = value
+        elif type(value) is NumpyDType or (isinstance(value, Global) and value.kind == "dtype"):
+            # A dtype on its own: its name (NumPy's "float32", torch's "torch.float32").
+            budget.charge_text(len(value.name), "metadata texts")
+            metadata[name] = value.name
         elif type(value) in _LEAVES:
             if type(value) is str:
                 budget.charge_text(len(value), "metadata texts")
@@ -143,7 +152,7 @@ def _children(node: object) -> Iterator[tuple[str, object]]:
         return _record_children(node) if parts is None else _module_children(*parts)
     if isinstance(node, dict):
         return ((_text(key), value) for key, value in node.items())
-    items = node.items if type(node) is PickledSet else node
+    items = node.ordered() if type(node) is PickledSet else node
     assert isinstance(items, (list, tuple))
     return ((str(index), value) for index, value in enumerate(items))
 

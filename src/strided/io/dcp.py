@@ -53,7 +53,7 @@ from ._dcp_grid import Grid
 from ._dcp_metadata import DCP_GLOBALS, Layout, Span, TensorEntry, read_layout
 from ._detect import DCP_METADATA, ZIP_MAGIC, matching
 from ._pickle import interpret
-from ._pickle_data import PickledSet, TorchSize, describe
+from ._pickle_data import PickledSet, TensorRef, TorchSize, describe
 from ._zip import read_zip, stored_bytes
 from .pytorch import _archive_folder, _may_overlap, _Shard
 
@@ -246,6 +246,8 @@ class DcpFile(TensorNames):
         if len(shard.tensors) != 1 or shard.metadata:
             raise FormatError(f"{where}: the archive holds {len(shard.tensors)} tensors, not one")
         ref = next(iter(shard.tensors.values()))
+        if type(ref) is not TensorRef:
+            raise FormatError(f"{where}: the archive holds a NumPy array, not a torch tensor")
         if ref.dtype is not entry.dtype or ref.dims != chunk.sizes:
             raise FormatError(
                 f"{where}: the archive holds a {ref.dtype.name} tensor of shape "

@@ -30,11 +30,17 @@ of every pickle and of the zip's central directory (and an index), and charged f
 every object the pickle builds and every dotted name and metadata leaf the walk makes,
 each time a shared (memoized) container is walked again.
 
-Names (``_pickle_walk``): tensors anywhere inside nested dicts, lists and tuples are
-named by the dotted path of keys (list items and int keys by their decimal text); a bare
-tensor at the top level is named after the file's stem. Plain leaves (None, bool, int,
-float, str, and ``torch.Size`` as a list of ints) are the metadata, under the same
-dotted names. A name produced twice is a FormatError.
+Names (``_pickle_walk``): tensors (and NumPy arrays, which are tensors too) anywhere
+inside nested dicts, lists and tuples (sets read as lists in sorted text order;
+Namespaces, AttributeDicts, defaultdicts and Counters as dicts) are named by the dotted
+path of keys (list items by their index, keys that are not str by their text: ``3``,
+``0.5``, ``True``, ``None``, ``(1, 2)``); a bare tensor at the top level is named after
+the file's stem. Plain leaves (None, bool, int, float, str -- NumPy scalars as plain
+numbers, complex numbers, paths and devices as their text -- ``torch.Size`` as a list of
+ints, and a dtype as its name) are the metadata, under the same dotted names. Bytes,
+types and bare storages are neither tensors nor metadata and are not reported; an
+``OrderedDict``'s attributes (a state dict's ``_metadata``) are ignored. A name produced
+twice is a FormatError.
 
 Strict by default: a global outside the allow-list is a FormatError naming it. Opened
 with ``lenient=True``, any other global becomes an inert record (never imported or
@@ -77,6 +83,7 @@ from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
 from ._pickle import interpret
 from ._pickle_data import Global, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS
+from ._pickle_numpy import ArrayRef, array_values
 from ._pickle_walk import Leaf, flatten
 from ._zip import read_zip, stored_bytes
 
@@ -136,7 +143,8 @@ class _Shard:
             )
         self.tensors, self.metadata = flatten(root, Path(path).stem, path, pickle_bytes, budget)
         for name, ref in self.tensors.items():
-            _check_view(ref, f"{path}: tensor {name[:80]!r}")
+            if type(ref) is TensorRef:
+                _check_view(ref, f"{path}: tensor {name[:80]!r}")
         self._arrays: dict[tuple[str, DType], np.ndarray[Any, Any]] = {}
         self._swapped: OrderedDict[tuple[str, DType], np.ndarray[Any, Any]] = OrderedDict()
         self._swapped_bytes = 0
@@ -268,8 +276,17 @@ class _Shard:
         while self._swapped_bytes > SWAPPED_CACHE_BYTES:
             self._swapped_bytes -= self._swapped.popitem(last=False)[1].nbytes
 
-    def tensor(self, name: str, ref: TensorRef, copy: bool) -> Tensor:
-        """The tensor ``ref`` describes, as a view of its storage (or a copy)."""
+    def tensor(self, name: str, ref: TensorRef | ArrayRef, copy: bool) -> Tensor:
+        """The tensor ``ref`` describes, as a view of its storage (or a copy).
+
+        A NumPy array's tensor views its bytes in the pickle (or their copy).
+        """
+        if type(ref) is ArrayRef:
+            try:
+                return tensor_of(array_values(ref), ref.dtype, copy)
+            except FormatError as exc:
+                raise FormatError(f"{self.where}: tensor {name[:80]!r}: {exc}") from None
+        assert type(ref) is TensorRef
         dtype = ref.dtype
         storage = self.storage(ref.storage, dtype)
         if 0 in ref.dims:
@@ -403,7 +420,7 @@ class PyTorchFile(TensorNames):
 
     __slots__ = ("_copy", "_imports", "_metadata", "_path", "import_table")
 
-    _by_name: dict[str, tuple[_Shard, TensorRef]]
+    _by_name: dict[str, tuple[_Shard, TensorRef | ArrayRef]]
 
     def __init__(self, path: str, shards: list[_Shard], copy: bool = False) -> None:
         """Private: use ``open_pytorch``."""
@@ -449,6 +466,9 @@ class PyTorchFile(TensorNames):
         dims whose stride is not zero: a ``torch.zeros(1).expand(2**33)`` stores 4 bytes.
         """
         ref = self._lookup(name)[1]
+        if type(ref) is ArrayRef:
+            return len(ref.raw)
+        assert type(ref) is TensorRef
         return _stored_elements(ref) * ref.dtype.itemsize
 
     def get(self, name: str) -> Tensor:
@@ -469,7 +489,7 @@ class PyTorchFile(TensorNames):
         tensor: Any = self.get(name)
         return tensor.inspect() if options is None else tensor.inspect(options)
 
-    def _lookup(self, name: object) -> tuple[_Shard, TensorRef]:
+    def _lookup(self, name: object) -> tuple[_Shard, TensorRef | ArrayRef]:
         found = self._by_name.get(name) if type(name) is str else None
         if found is None:
             raise IndexingError(f"{self._path}: no tensor named {str(name)[:80]!r}")

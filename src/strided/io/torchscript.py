@@ -211,10 +211,11 @@ class _ScriptShard(_Shard):
         self.imports = imports
         self.spans = _spans(storages, members, prefix, path)
         code = CodeIndex(self.raw, members, prefix, path, budget)
-        self.tensors = _state(root, code, path, end, budget)
+        state = _state(root, code, path, end, budget)
         self.metadata = {}
-        for name, ref in self.tensors.items():
+        for name, ref in state.items():
             _check_view(ref, f"{path}: tensor {name[:80]!r}")
+        self.tensors = dict(state)
         self._arrays: dict[tuple[str, DType], Any] = {}
         self._swapped: OrderedDict[tuple[str, DType], Any] = OrderedDict()
         self._swapped_bytes = 0
