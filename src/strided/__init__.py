@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, TensorInfo, open_checkpoint
+    from .jobs._merge import merge_linear, merge_lora
 
 __version__ = VERSION
 
@@ -73,6 +74,8 @@ __all__ = [
     "concatenate",
     "load_npy",
     "load_safetensors",
+    "merge_linear",
+    "merge_lora",
     "open_checkpoint",
     "open_gguf",
     "open_safetensors",
@@ -89,6 +92,8 @@ _HOMES = {
     "Checkpoint": ".jobs._checkpoint",
     "TensorInfo": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
+    "merge_linear": ".jobs._merge",
+    "merge_lora": ".jobs._merge",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",

@@ -352,7 +352,6 @@ def exact_row_sums(rows: np.ndarray) -> np.ndarray:
         return _exact_rows(rows, magnitude)
 
 
-
 def _exact_rows(wide: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Correctly rounded F64 sums of finite rows (``magnitude`` = each row's max |x|)."""
     if wide.shape[1] <= 2:

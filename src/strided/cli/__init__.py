@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
+from ._merge_args import COMMANDS, add_merges
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, hash, diff, convert"
+_COMMANDS = ", ".join(("inspect", "verify", "hash", "diff", "convert", *COMMANDS))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,11 +175,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
-    commands = parser.add_subparsers(dest="command", metavar="{inspect,verify,hash,diff,convert}")
+    commands = parser.add_subparsers(dest="command", metavar="{" + _COMMANDS.replace(" ", "") + "}")
     _add_inspect(commands)
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
+    add_merges(commands, _command, _add_jobs, _add_expanded, _size)
     for command in commands.choices.values():
         command.add_argument(
             "--token",

@@ -39,7 +39,7 @@ from ._lora import Recipe, read_adapter, weights_file
 from ._pool import JobError, opened, where
 from ._values import Source
 
-__all__ = ["merge_items", "merge_linear", "merge_lora", "parse_weight"]
+__all__ = ["merge_items", "merge_linear", "merge_lora", "parse_weight", "sources_of"]
 
 _TASK_BYTES = 1 << 22  # output bytes per task: a few bounded blocks of the kernel
 _MAX_DENOMINATOR = 1 << 64  # weights' common denominator (exact path: chunks of 26 bits)
@@ -235,14 +235,7 @@ def lora_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
         data = _lora_rows(sources, merge.recipes[name], name, start, stop, DType[target])
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     except DataError as error:
-        raise JobError(merge.paths[0], name, _without_path(error)) from None
-
-
-def _without_path(error: DataError) -> str:
-    """The message without the leading ``path: tensor 'name': `` the JobError adds."""
-    text = str(error)
-    marker = "': "
-    return text.split(marker, 1)[1] if ": tensor '" in text and marker in text else text
+        raise JobError(merge.paths[0], name, str(error)) from None
 
 
 # -- weighted averages ----------------------------------------------------------------------
@@ -406,10 +399,18 @@ def linear_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
         data = _linear_run(sources, merge.weights, name, start, stop, DType[target])
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     except DataError as error:
-        raise JobError(merge.paths[0], name, _without_path(error)) from None
+        raise JobError(merge.paths[0], name, str(error)) from None
 
 
 # -- the writer's items ---------------------------------------------------------------------
+
+
+def sources_of(merged: Checkpoint) -> list[tuple[str, Checkpoint]]:
+    """``(path workers open, open checkpoint)`` of each source of a merged checkpoint,
+    for ``_pool.sharing``: tasks run in this process use the open ones."""
+    reader = merged._open_reader()
+    assert isinstance(reader, _MergeReader)
+    return list(zip(reader.merge.paths, reader.sources, strict=True))
 
 
 def merge_items(
