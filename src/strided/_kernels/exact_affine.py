@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -122,30 +123,49 @@ def _is_even(values: np.ndarray, target: DType) -> np.ndarray:
 
 
 def _certify(approx: np.ndarray, bound: np.ndarray, target: DType) -> tuple[np.ndarray, np.ndarray]:
-    """``(rounded, ok)``: the candidate results (signed F64 values of ``target``) and
-    where ``approx +- bound`` lies strictly between the midpoints around them.
+    """``(rounded, ok)``: ``approx + bound`` rounded into ``target`` (an array of it), and
+    where both ends of ``approx +- bound`` round to the same finite value, so that every
+    value between them, the exact one included, rounds to it.
 
-    Only for targets narrower than F64, whose midpoints are F64 values.
+    ``bound`` must also cover the rounding of ``approx +- bound`` itself. NumPy rounds
+    F64 to F32 and F16 in one step. BF16 goes through F32 (ml_dtypes would round
+    twice): the ends are rounded to F32, then to BF16 by integer arithmetic, and an end
+    whose F32 value is itself a BF16 midpoint is not accepted, so no midpoint (all of
+    which are F32 values) lies between the ends.
     """
     with np.errstate(all="ignore"):
-        magnitude = np.abs(approx)
-        t, below, above = _steps(magnitude, target)
-        high = (t + above) * 0.5
-        low = (t + below) * 0.5
-        ok = np.isfinite(t) & np.isfinite(bound) & np.isfinite(approx)
-        ok &= (magnitude - low > bound) & (high - magnitude > bound)
-        return np.copysign(t, approx), ok
+        low = approx - bound
+        high = approx + bound
+        if target is DType.BF16:
+            low_bits = low.astype(np.float32).view(np.uint32)
+            high_bits = high.astype(np.float32).view(np.uint32)
+            rounded = _bf16_bits(high_bits)
+            ok = _bf16_bits(low_bits) == rounded
+            ok &= (rounded & 0x7F80) != 0x7F80  # finite
+            ok &= (low_bits & 0xFFFF) != 0x8000
+            ok &= (high_bits & 0xFFFF) != 0x8000
+            return rounded.astype(np.uint16).view(target.numpy), ok
+        ends = low.astype(target.numpy), high.astype(target.numpy)
+        kind = _UINT[target.itemsize]
+        ok = (ends[0].view(kind) == ends[1].view(kind)) & np.isfinite(ends[1])
+        return ends[1], ok
+
+
+def _bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """F32 bit patterns (finite or infinite) rounded to nearest-even BF16 patterns."""
+    return np.asarray((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16)
 
 
 def _check_overflow(
-    values: np.ndarray, given: np.ndarray, target: DType, offset: int, shape: tuple[int, ...]
+    exact: np.ndarray, places: np.ndarray, target: DType, offset: int, shape: tuple[int, ...]
 ) -> None:
-    """RangeError naming the first element (row-major; ``offset`` + its flat index in
-    ``values``, as an index of ``shape``) whose finite exact value (``given``: the
-    inputs were finite) rounded past the largest finite value of ``target``."""
-    bad = np.flatnonzero(np.isinf(values) & given.reshape(values.shape))
+    """RangeError naming the first element whose finite exact value rounded past the
+    largest finite value of ``target``: ``exact`` holds the rounded values of the
+    elements at the flat ``places`` of a block (in order), the block's first element
+    being ``offset`` in the whole tensor of ``shape``."""
+    bad = np.flatnonzero(np.isinf(exact))
     if bad.size:
-        index = np.unravel_index(offset + int(bad[0]), shape)
+        index = np.unravel_index(offset + int(places[bad[0]]), shape)
         text = ", ".join(str(int(i)) for i in index)
         raise RangeError(
             f"element [{text}] overflows {target.name} (largest finite {finite_range(target)[1]!r})"
@@ -301,60 +321,91 @@ def low_rank_update(
     out = np.empty((rows, width), dtype=target.numpy)
     if rows == 0 or width == 0:
         return out
-    step = max(1, _FAST_ELEMENTS // width)
     lefts = _wide(left, factor_dtype)
     rights = _wide(right, factor_dtype)
-    for start in range(0, rows, step):
-        stop = min(start + step, rows)
-        values = _update_block(
-            _wide(weight[start:stop], weight_dtype),
-            lefts[start:stop],
-            rights,
-            factor_dtype,
-            float(scale),
-            target,
-        )
-        given = np.isfinite(weight[start:stop])
-        _check_overflow(values, given, target, offset + start * width, shape or (rows, width))
-        out[start:stop] = round_to_float(values, target)
+    scale = float(scale)
+    # Bound of sum_k |L_ik| |R_kj|: the row's largest |L| times the column's sum of |R|,
+    # with gamma_(r+1), |s| and the slack folded in.
+    rank = lefts.shape[1]
+    factor = gamma(rank + 1) * abs(scale) * _SLACK
+    row_bound = np.abs(lefts).max(axis=1, initial=0.0) * factor
+    column_sums = np.abs(rights).sum(axis=0)
+    tiny = 4.0 * (rank + 2) * max(abs(scale), 1.0) * _TINY
+    # One BLAS call per group of rows (tiny calls cost more than they compute), then
+    # the element-wise work per cache-sized block.
+    group = max(1, (4 * _FAST_ELEMENTS) // width)
+    step = max(1, _FAST_ELEMENTS // width)
+    for first in range(0, rows, group):
+        last = min(first + group, rows)
+        product = None if target is DType.F64 else lefts[first:last] @ rights
+        for start in range(first, last, step):
+            stop = min(start + step, last)
+            block = _Block(
+                _wide(weight[start:stop], weight_dtype),
+                lefts[start:stop],
+                rights,
+                factor_dtype,
+                scale,
+                target,
+            )
+            if product is not None:
+                bounds = (row_bound[start:stop, None] * column_sums) + tiny
+                block.fast(product[start - first : stop - first], bounds)
+            out[start:stop] = block.finish(offset + start * width, shape or (rows, width))
     return out
 
 
-def _update_block(
-    weight: np.ndarray,
-    left: np.ndarray,
-    right: np.ndarray,
-    factor_dtype: DType,
-    scale: float,
-    target: DType,
-) -> np.ndarray:
-    """One block of rows as signed F64 values of ``target`` (infinity: overflow)."""
-    rank = left.shape[1]
-    finite = np.isfinite(weight)
-    if target is DType.F64:
-        result = np.zeros(weight.shape)
-        todo = finite.copy()
-    else:
+class _Block:
+    """One block of rows of ``W + s * (L @ R)``: certified, then the rest exactly."""
+
+    def __init__(
+        self,
+        weight: np.ndarray,
+        left: np.ndarray,
+        right: np.ndarray,
+        factor_dtype: DType,
+        scale: float,
+        target: DType,
+    ) -> None:
+        self.weight, self.left, self.right = weight, left, right
+        self.factor_dtype, self.scale, self.target = factor_dtype, scale, target
+        self.finite = np.isfinite(weight)
+        self.result = np.empty(weight.shape, dtype=target.numpy)
+        if not self.finite.all():  # non-finite weights stay as they are
+            self.result[~self.finite] = cast(weight[~self.finite], target.numpy)
+        self.todo = self.finite
+
+    def fast(self, product: np.ndarray, bounds: np.ndarray) -> None:
+        """Certify ``W + s * product`` (``product`` is ``L @ R`` in F64, any order) with
+        ``bounds`` (its error, times ``|s|``): F64 rounding of the sum adds
+        ``U * (|delta| + 2 |approx|)`` (the ends' own rounding included)."""
         with np.errstate(all="ignore"):
-            delta = (left @ right) * scale
-            approx = weight + delta
-            magnitude = (
-                np.abs(left).max(axis=1, initial=0.0)[:, None]
-                * np.abs(right).max(axis=0, initial=0.0)[None, :]
-            )
-            bound = magnitude * (rank * gamma(rank + 1) * abs(scale))
-            bound += U * (np.abs(delta) + np.abs(approx))
-            bound += 4.0 * (rank + 2) * max(abs(scale), 1.0) * _TINY
-            bound *= _SLACK
-        result, ok = _certify(approx, bound, target)
-        todo = finite & ~ok
-    result = np.where(finite, result, weight)
-    rows, cols = np.nonzero(todo)
-    if rows.size:
-        result[rows, cols] = _exact_update(
-            weight, left, right, factor_dtype, scale, target, rows, cols
-        )
-    return result
+            delta = product * self.scale
+            approx = self.weight + delta
+            error = np.abs(approx)
+            error += error
+            error += np.abs(delta)
+            error *= 2 * U * _SLACK
+            error += bounds
+        result, ok = _certify(approx, error, self.target)
+        ok &= self.finite
+        np.copyto(self.result, result, where=ok)
+        self.todo = self.finite & ~ok
+
+    def finish(self, offset: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The block's results, the uncertified elements computed exactly."""
+        if not self.todo.any():
+            return self.result
+        width = self.weight.shape[1]
+        flat = np.flatnonzero(self.todo)
+        rows, cols = np.divmod(flat, width)
+        exact = _exact_update(
+            self.weight, self.left, self.right, self.factor_dtype, self.scale, self.target,
+            rows, cols,
+        )  # fmt: skip
+        _check_overflow(exact, flat, self.target, offset, shape)
+        self.result[rows, cols] = round_to_float(exact, self.target)
+        return self.result
 
 
 def _exact_update(
@@ -437,8 +488,7 @@ def weighted_sum(
     out = np.empty(count, dtype=target.numpy)
     denominator = math.lcm(*(weight.denominator for weight in weights))
     twos = (denominator & -denominator).bit_length() - 1
-    odd = denominator >> twos
-    numerators = [int(weight * denominator) for weight in weights]
+    exact = _Weights([int(weight * denominator) for weight in weights], twos, denominator >> twos)
     floats = [float(weight) for weight in weights]
     step = max(1, _FAST_ELEMENTS // max(len(arrays), 1))
     for start in range(0, count, step):
@@ -446,56 +496,64 @@ def weighted_sum(
         block = [
             _wide(array[start:stop], dtype) for array, dtype in zip(arrays, dtypes, strict=True)
         ]
-        values, given = _weighted_block(block, dtypes, numerators, twos, odd, floats, target)
-        _check_overflow(values, given, target, offset + start, shape or (count,))
-        out[start:stop] = round_to_float(values, target)
+        out[start:stop] = _weighted_block(
+            block, dtypes, exact, floats, target, offset + start, shape or (count,)
+        )
     return out
+
+
+class _Weights(NamedTuple):
+    """Weights as ``numerators[i] / (2**twos * odd)`` over one common denominator."""
+
+    numerators: list[int]
+    twos: int
+    odd: int
 
 
 def _weighted_block(
     block: list[np.ndarray],
     dtypes: Sequence[DType],
-    numerators: list[int],
-    twos: int,
-    odd: int,
+    exact: _Weights,
     floats: list[float],
     target: DType,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The block's results (signed F64 values of ``target``) and where its inputs are
-    all finite."""
-    size = block[0].size
+    offset: int,
+    shape: tuple[int, ...],
+) -> np.ndarray:
+    """One block: certified in F64 where possible, the rest exactly; NaN and infinities
+    as IEEE arithmetic on the F64 values gives them."""
     with np.errstate(all="ignore"):
-        approx = np.zeros(size)
-        magnitude = np.zeros(size)
+        approx = np.zeros(block[0].size)
+        magnitude = np.zeros(block[0].size)
         for values, weight in zip(block, floats, strict=True):
             approx += weight * values
             magnitude += abs(weight) * np.abs(values)
         finite = np.isfinite(magnitude)
-        if target is DType.F64:
-            result = approx.copy()
-            todo = finite.copy()
-        else:
-            bound = magnitude * gamma(2 * len(block) + 2) + 4.0 * (len(block) + 1) * _TINY
-            result, ok = _certify(approx, bound * _SLACK, target)
-            result = np.where(finite, result, approx)
+        result = np.empty(approx.size, dtype=target.numpy)
+        if not finite.all():  # the IEEE values of elements holding NaN or infinity
+            result[~finite] = cast(approx[~finite], target.numpy)
+        todo = finite
+        if target is not DType.F64:
+            # Each product and addition (and each weight's own F64 rounding) errs by at
+            # most u of the magnitude: gamma of twice the terms, plus the ends' rounding.
+            error = magnitude * gamma(2 * len(block) + 2) + 2 * U * np.abs(approx)
+            error = error * _SLACK + 4.0 * (len(block) + 1) * _TINY
+            certified, ok = _certify(approx, error, target)
+            ok &= finite
+            np.copyto(result, certified, where=ok)
             todo = finite & ~ok
-    where = np.flatnonzero(todo)
-    if where.size:
-        result[where] = _exact_weighted(
-            [values[where] for values in block], dtypes, numerators, twos, odd, target
-        )
-    return result, finite
+    places = np.flatnonzero(todo)
+    if places.size:
+        values = _exact_weighted([values[places] for values in block], dtypes, exact, target)
+        _check_overflow(values, places, target, offset, shape)
+        result[places] = round_to_float(values, target)
+    return result
 
 
 def _exact_weighted(
-    block: list[np.ndarray],
-    dtypes: Sequence[DType],
-    numerators: list[int],
-    twos: int,
-    odd: int,
-    target: DType,
+    block: list[np.ndarray], dtypes: Sequence[DType], exact: _Weights, target: DType
 ) -> np.ndarray:
     """Listed elements of a weighted sum through the exact engine (Python out of range)."""
+    numerators, twos, odd = exact
     size = block[0].size
     tame = np.ones(size, dtype=bool)
     for values, dtype in zip(block, dtypes, strict=True):
