@@ -3,8 +3,10 @@
 The base is synthesized: 16 linears of 4096 x 4096 BF16 (32 MiB each) in one
 safetensors file, with an r=16 F32 adapter on every one (a PEFT folder written by hand
 with PEFT's names). Whole merges run once each in a fresh process (interpreter and
-imports included), timed there, while this process samples the peak anonymous memory
-(``RssAnon``: heap, not pages of mapped files) of it and its workers every 2 ms:
+imports included), timed there, with the CPU seconds of its process tree (workers
+included, from ``RUSAGE_CHILDREN``: the steadier figure on a busy machine), while this
+process samples the peak anonymous memory (``RssAnon``: heap, not pages of mapped files)
+of it and its workers every 2 ms:
 
 * strided: ``strided merge-lora BASE ADAPTER OUT`` (``--jobs 1`` and ``2``);
 * PEFT: the modules built on the meta device and loaded from the file
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -91,7 +94,7 @@ def _base(folder: str) -> tuple[str, str]:
     adapter = os.path.join(folder, "adapter")
     os.makedirs(adapter)
     st.save_safetensors(os.path.join(adapter, "adapter_model.safetensors"), lora)
-    config = {"peft_type": "LORA", "r": _RANK, "lora_alpha": 32, "target_modules": ["layers"]}
+    config = {"peft_type": "LORA", "r": _RANK, "lora_alpha": 32, "target_modules": r"layers\.\d+"}
     with open(os.path.join(adapter, "adapter_config.json"), "w") as handle:
         json.dump({**config, "task_type": None, "base_model_name_or_path": None}, handle)
     return base, adapter
@@ -120,8 +123,10 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _run(command: list[str]) -> tuple[float, int]:
-    """Seconds the child reports for its work and its tree's peak anonymous memory."""
+def _run(command: list[str]) -> tuple[float, float, int]:
+    """Seconds the child reports for its work, the CPU seconds of its process tree
+    (user + system), and the tree's peak anonymous memory."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     peak = 0
     while process.poll() is None:
@@ -130,7 +135,9 @@ def _run(command: list[str]) -> tuple[float, int]:
     output = process.stdout.read().decode() if process.stdout else ""
     if process.returncode != 0:
         raise SystemExit(f"benchmark child failed: {command[:4]}")
-    return float(output.split()[-1]), peak
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return float(output.split()[-1]), cpu, peak
 
 
 def rows() -> Iterator[Row]:
@@ -155,8 +162,11 @@ def rows() -> Iterator[Row]:
             "one run each in a fresh process:",
             flush=True,
         )
-        for label, (seconds, peak) in results.items():
-            print(f"  {label:<40} {seconds:7.2f} s   peak {peak / _MIB:6.0f} MiB", flush=True)
+        for label, (seconds, cpu, peak) in results.items():
+            print(
+                f"  {label:<36} {seconds:7.2f} s (CPU {cpu:6.2f} s)  peak {peak / _MIB:5.0f} MiB",
+                flush=True,
+            )
         shutil.rmtree(folder, ignore_errors=True)
         yield from _kernel_rows()
     finally:

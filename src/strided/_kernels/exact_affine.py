@@ -331,13 +331,17 @@ def low_rank_update(
     row_bound = np.abs(lefts).max(axis=1, initial=0.0) * factor
     column_sums = np.abs(rights).sum(axis=0)
     tiny = 4.0 * (rank + 2) * max(abs(scale), 1.0) * _TINY
-    # One BLAS call per group of rows (tiny calls cost more than they compute), then
-    # the element-wise work per cache-sized block.
+    # The product per group of rows, by NumPy's own loop rather than BLAS: with a rank
+    # of 8 to 64 a threaded BLAS call spends more on handing work to its threads than on
+    # the work (several times more on a busy machine). Then element-wise work per
+    # cache-sized block.
     group = max(1, (4 * _FAST_ELEMENTS) // width)
     step = max(1, _FAST_ELEMENTS // width)
     for first in range(0, rows, group):
         last = min(first + group, rows)
-        product = None if target is DType.F64 else lefts[first:last] @ rights
+        product = None
+        if target is not DType.F64:
+            product = np.einsum("ik,kj->ij", lefts[first:last], rights, optimize=False)
         for start in range(first, last, step):
             stop = min(start + step, last)
             block = _Block(
