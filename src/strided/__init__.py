@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._gguf_export import save_gguf
+    from .jobs._merge import merge_linear, merge_lora
 
 __version__ = VERSION
 
@@ -75,6 +76,8 @@ __all__ = [
     "concatenate",
     "load_npy",
     "load_safetensors",
+    "merge_linear",
+    "merge_lora",
     "open_checkpoint",
     "open_gguf",
     "open_safetensors",
@@ -94,6 +97,8 @@ _HOMES = {
     "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
     "save_gguf": ".jobs._gguf_export",
+    "merge_linear": ".jobs._merge",
+    "merge_lora": ".jobs._merge",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",

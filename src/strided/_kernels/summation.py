@@ -47,6 +47,7 @@ __all__ = [
     "NarrowBins",
     "U",
     "certify_narrow",
+    "exact_row_sums",
     "f64_units",
     "float_row_sums",
     "float_sum",
@@ -334,6 +335,21 @@ def _f64_rows_fast(wide: np.ndarray, magnitude: np.ndarray) -> tuple[np.ndarray,
 
 
 # -- the exact engine -----------------------------------------------------------------------
+
+
+def exact_row_sums(rows: np.ndarray) -> np.ndarray:
+    """Correctly rounded F64 sums of each row of a 2-D array of finite float64 values.
+
+    Every term must stay below ``2**960`` in magnitude. Each result has the sign of its
+    row's exact sum and is zero exactly when that sum is zero (terms are multiples of
+    ``2**-1074``, so a non-zero sum never rounds to zero): callers learn on which side
+    of a value an exact sum lies by appending that value, negated, to the row.
+    """
+    if rows.shape[1] == 0:
+        return np.zeros(rows.shape[0])
+    with np.errstate(all="ignore"):
+        magnitude = np.maximum(_max(rows, axis=1), -_min(rows, axis=1))
+        return _exact_rows(rows, magnitude)
 
 
 def _exact_rows(wide: np.ndarray, magnitude: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
 from ._commands import add_scan, add_set_metadata
+from ._merge_args import COMMANDS, add_merges
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_COMMANDS = "inspect, verify, hash, diff, convert, scan, set-metadata"
+_COMMANDS = ", ".join(
+    ("inspect", "verify", "hash", "diff", "convert", "scan", "set-metadata", *COMMANDS)
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,15 +179,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
-    commands = parser.add_subparsers(
-        dest="command", metavar="{inspect,verify,hash,diff,convert,scan,set-metadata}"
-    )
+    commands = parser.add_subparsers(dest="command", metavar="{" + _COMMANDS.replace(" ", "") + "}")
     _add_inspect(commands)
     _add_verify_and_hash(commands)
     _add_diff(commands)
     _add_convert(commands)
     add_scan(commands, _command, _run_scan)
     add_set_metadata(commands, _command, _run_set_metadata)
+    add_merges(commands, _command, _add_jobs, _add_expanded, _size, _run_merge_lora, _run_merge)
     for command in commands.choices.values():
         command.add_argument(
             "--token",
@@ -192,6 +194,18 @@ def _parser() -> argparse.ArgumentParser:
             help="bearer token sent to the origin of an http(s) URL given (never elsewhere)",
         )
     return parser
+
+
+def _run_merge_lora(args: argparse.Namespace) -> int:
+    from ._merge import run_merge_lora
+
+    return run_merge_lora(args)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from ._merge import run_merge
+
+    return run_merge(args)
 
 
 def _run_scan(args: argparse.Namespace) -> int:

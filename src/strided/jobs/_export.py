@@ -11,6 +11,8 @@ the output's layout is known and each tensor's bytes go straight to their offset
 * ``convert``: a tensor that changes dtype (``--dtype``, or a quantized GGUF tensor
   that becomes F32) is converted a bounded chunk at a time, by the worker processes
   when there are several; only the calling process writes.
+* ``computed``: a tensor made by other jobs (a merged adapter, an average) carries its
+  own tasks, each giving the bytes of a run of elements; they run like conversions.
 
 The same tensors and metadata give the same bytes whatever the source's format, shard
 split, order, or the number of workers.
@@ -53,17 +55,25 @@ if TYPE_CHECKING:
     from .._tensor.tensor import Tensor
     from ._checkpoint import Checkpoint
 
-__all__ = ["Item", "plan", "text_metadata", "write_safetensors"]
+__all__ = ["Item", "Task", "plan", "text_metadata", "write_safetensors"]
 
 _CHUNK_ELEMENTS = 1 << 19  # elements per conversion chunk: temporaries stay ~12 MiB
 
 
+# A computed item's task: ``function(argument)`` gives the little-endian bytes (uint8)
+# of consecutive elements starting at element ``first``; it runs in a worker process,
+# so the function is a module-level one and the argument pickles.
+Task = tuple[Callable[[Any], "np.ndarray[Any, Any]"], Any, int]
+
+
 class Item(NamedTuple):
-    """One tensor to write: what it becomes and how (``copy``, ``raw`` or ``convert``)."""
+    """One tensor to write: what it becomes and how (``copy``, ``raw``, ``convert``, or
+    ``computed`` by its ``tasks``)."""
 
     planned: Planned
     mode: str
     target: DType | None
+    tasks: tuple[Task, ...] = ()
 
 
 def plan(
@@ -148,6 +158,12 @@ def convert_task(task: ConvertTask) -> np.ndarray[Any, Any]:
         raise JobError(path, name, str(error)) from None
 
 
+def _call(task: tuple[Callable[[Any], Any], Any]) -> Any:
+    """Run one task in a worker: ``function(argument)``."""
+    function, argument = task
+    return function(argument)
+
+
 def _convert_distinct(tensor: Tensor, target: DType) -> None:
     """``tensor.convert(target)`` at the cost of its distinct elements, for its RangeError.
 
@@ -174,23 +190,27 @@ class _Writer:
 
     def fill(self, jobs: Sequence[tuple[OutputFile, int, Item]]) -> None:
         """Write every ``(file, offset, item)``: copies here, then the conversions."""
-        conversions: list[ConvertTask] = []
+        conversions: list[tuple[Callable[[Any], Any], Any]] = []
         places: list[tuple[OutputFile, int]] = []
         for output, offset, item in jobs:
-            if item.mode == "convert":
+            if item.mode == "computed":
+                itemsize = DType[item.planned.dtype].itemsize
+                for function, argument, first in item.tasks:
+                    conversions.append((function, argument))
+                    places.append((output, offset + first * itemsize))
+            elif item.mode == "convert":
                 assert item.target is not None
                 step = _CHUNK_ELEMENTS  # a multiple of every ggml block size
                 numel = item.planned.shape.numel
                 for start in range(0, numel, step):
                     stop = min(start + step, numel)
-                    conversions.append(
-                        (self.path, item.planned.name, start, stop, item.target.name)
-                    )
+                    task = (self.path, item.planned.name, start, stop, item.target.name)
+                    conversions.append((convert_task, task))
                     places.append((output, offset + start * item.target.itemsize))
             else:
                 self._copy(output, offset, item)
         for (output, offset), data in zip(
-            places, self.runner.imap(convert_task, conversions), strict=True
+            places, self.runner.imap(_call, conversions), strict=True
         ):
             output.write(offset, data)
             self._advance(data.size)

@@ -1,0 +1,445 @@
+"""PEFT LoRA adapter folders: the config read strictly, and what each tensor becomes.
+
+An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`` (or
+``adapter_model.bin``, read as data by strided's own pickle interpreter). ``read_adapter``
+validates both against the base checkpoint, reading headers only, and returns one
+``Recipe`` per base tensor that changes:
+
+* ``base_model.model.<m>.lora_A.weight`` ``(r, in)`` and ``.lora_B.weight`` ``(out, r)``:
+  ``<m>.weight`` (``(out, in)``) becomes ``W + s * (B @ A)``; with ``fan_in_fan_out``
+  (GPT-2's ``Conv1D``, weight ``(in, out)``) ``W + s * (B @ A).T``;
+* ``base_model.model.<m>.lora_embedding_A`` ``(r, num)`` and ``lora_embedding_B``
+  ``(dim, r)``: the embedding ``<m>.weight`` ``(num, dim)`` becomes
+  ``W + s * (A.T @ B.T)``, as PEFT merges it;
+* with ``lora_bias``, ``base_model.model.<m>.lora_B.bias``: ``<m>.bias`` becomes
+  ``bias + s * b``;
+* any other ``base_model.model.<m>.<p>`` (a ``modules_to_save`` copy): replaces
+  ``<m>.<p>`` whole, converted exactly into the base tensor's dtype.
+
+Per module, ``r`` and ``alpha`` are the ``rank_pattern`` / ``alpha_pattern`` values of the
+first key (in the file's order) that matches the module name as PEFT matches it
+(``re.match(rf"(.*\\.)?({key})$", module)``), else ``r`` / ``lora_alpha``; ``s`` is the
+Python float ``alpha / r`` (``alpha / math.sqrt(r)`` with ``use_rslora``) times the
+caller's scale, exactly the number PEFT multiplies by.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, NamedTuple
+
+from .._core.dtype import DType
+from .._core.errors import DTypeError, FormatError, LimitError
+from .._kernels.exact_affine import TARGETS
+from .._kernels.strict_json import loads_strict
+from ._checkpoint import Checkpoint, TensorInfo
+
+__all__ = ["CONFIG_NAME", "Recipe", "read_adapter", "weights_file"]
+
+CONFIG_NAME = "adapter_config.json"
+_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+_PREFIX = "base_model.model."
+_CONFIG_BYTES = 1 << 24  # a LoRA config is a few KB; anything near this is not one
+_PATTERN_CHARS = 256
+_NAME_CHARS = 1024  # module names matched against patterns (real ones are ~100)
+_DEPTH = 16
+
+# Fields that turn LoRA into another method with its own merge (PEFT's variants and
+# layouts strided does not reproduce): refused when set to anything but their default.
+_VARIANTS = {
+    "use_dora": False,
+    "use_qalora": False,
+    "velora_config": None,
+    "alora_invocation_tokens": None,
+    "monteclora_config": None,
+    "use_bdlora": None,
+    "arrow_config": None,
+    "kasa_config": None,
+    "layer_replication": None,
+    "trainable_token_indices": None,
+    "target_parameters": None,
+}
+_PARTS = {
+    "lora_A.weight": "A",
+    "lora_B.weight": "B",
+    "lora_B.bias": "bias",
+    "lora_embedding_A": "embedding A",
+    "lora_embedding_B": "embedding B",
+}
+
+
+class Recipe(NamedTuple):
+    """How one base tensor changes (pickles: workers receive it).
+
+    ``kind``: ``"linear"`` (``W + s * (B @ A)``), ``"transposed"`` (``W + s * (B @ A).T``:
+    ``fan_in_fan_out`` and embeddings), ``"bias"`` (``bias + s * b``, ``b`` in ``b_name``)
+    or ``"replace"`` (the adapter tensor ``a_name``).
+    """
+
+    target: str
+    kind: str
+    a_name: str
+    b_name: str
+    scale: float
+
+
+class _Config(NamedTuple):
+    r: int
+    alpha: float | int
+    rank_pattern: dict[str, int]
+    alpha_pattern: dict[str, float | int]
+    rslora: bool
+    fan_in_fan_out: bool
+    lora_bias: bool
+    modules_to_save: list[str]
+
+
+def weights_file(folder: str) -> str:
+    """The adapter's weights: ``adapter_model.safetensors``, else ``adapter_model.bin``.
+
+    OSError when ``folder`` is not a readable folder with ``adapter_config.json``;
+    FormatError naming the folder when it holds neither weights file.
+    """
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(
+            20, "not an adapter folder (adapter_config.json + weights)", folder
+        )
+    if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
+        raise FileNotFoundError(2, f"no {CONFIG_NAME} in the adapter folder", folder)
+    for name in _WEIGHTS:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise FormatError(f"{folder}: no {' or '.join(_WEIGHTS)} in the adapter folder")
+
+
+def read_config(folder: str) -> _Config:
+    """``adapter_config.json`` of a LoRA adapter, every field used checked for its type.
+
+    FormatError naming the file and the field for malformed JSON, a wrong type or value,
+    another PEFT method, or a LoRA variant whose merge differs (DoRA ``use_dora``, ...);
+    LimitError for an oversized file or a pattern key too long to match safely.
+    """
+    path = os.path.join(folder, CONFIG_NAME)
+    with open(path, "rb") as handle:
+        data = handle.read(_CONFIG_BYTES + 1)
+    if len(data) > _CONFIG_BYTES:
+        raise LimitError(f"{path}: more than {_CONFIG_BYTES} bytes: not an adapter config")
+    config = loads_strict(data, path, _DEPTH)
+    if not isinstance(config, dict):
+        raise FormatError(f"{path}: expected a JSON object, found {type(config).__name__}")
+    field = _Fields(path, config)
+    kind = field.get("peft_type", str, None)
+    if kind != "LORA":
+        raise FormatError(f"{path}: peft_type {kind!r} is not LORA: only LoRA adapters merge")
+    for name, default in _VARIANTS.items():
+        if name in config and config[name] not in (default, [], {}):
+            raise FormatError(
+                f"{path}: {name} = {_short(config[name])}: this LoRA variant is not supported "
+                "(its merge is not W + s * B @ A)"
+            )
+    if config.get("init_lora_weights") == "mica":
+        raise FormatError(f"{path}: init_lora_weights 'mica' is a LoRA variant not supported")
+    rank = field.rank("r", config.get("r"))
+    alpha = field.number("lora_alpha", config.get("lora_alpha"))
+    ranks = field.patterns("rank_pattern", field.rank)
+    alphas = field.patterns("alpha_pattern", field.number)
+    saved = field.get("modules_to_save", list, None) or []
+    if not all(isinstance(item, str) for item in saved):
+        raise FormatError(f"{path}: modules_to_save must be a list of strings")
+    return _Config(
+        rank,
+        alpha,
+        ranks,
+        alphas,
+        field.flag("use_rslora"),
+        field.flag("fan_in_fan_out"),
+        field.flag("lora_bias"),
+        list(saved),
+    )
+
+
+class _Fields:
+    """Typed access to a config's fields; errors name the file and the field."""
+
+    def __init__(self, path: str, config: dict[str, Any]) -> None:
+        self.path = path
+        self.config = config
+
+    def fail(self, name: str, expected: str, value: Any) -> FormatError:
+        return FormatError(f"{self.path}: {name} must be {expected}, found {_short(value)}")
+
+    def get(self, name: str, kind: type, default: Any) -> Any:
+        value = self.config.get(name, default)
+        if value is not None and type(value) is not kind:
+            raise self.fail(name, f"a {kind.__name__} or null", value)
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self.config.get(name, False)
+        if type(value) is not bool:
+            raise self.fail(name, "true or false", value)
+        return value
+
+    def rank(self, name: str, value: Any) -> int:
+        if type(value) is not int or not 0 < value <= 1 << 20:
+            raise self.fail(name, "a whole number from 1 to 2^20", value)
+        return value
+
+    def number(self, name: str, value: Any) -> float | int:
+        if type(value) is int and abs(value) <= 1 << 53:
+            return value
+        if type(value) is float and math.isfinite(value):
+            return value
+        raise self.fail(name, "a finite number", value)
+
+    def patterns(self, name: str, check: Any) -> dict[str, Any]:
+        found = self.get(name, dict, None) or {}
+        for key, value in found.items():
+            check(f"{name}[{key!r}]", value)
+            _check_pattern(self.path, name, key)
+        return dict(found)
+
+
+def _check_pattern(path: str, name: str, key: str) -> None:
+    """A pattern key PEFT would use as a regular expression, checked to match in time.
+
+    Keys are regular expressions (``layers\\.0\\..*``); plain module names are the usual
+    case. A key that does not compile is a FormatError; a key longer than 256 characters,
+    or one that could backtrack badly (a quantified group holding a quantifier or an
+    alternative, more than one unbounded repetition), is a LimitError.
+    """
+    where = f"{path}: {name} key {_short(key)}"
+    if len(key) > _PATTERN_CHARS:
+        raise LimitError(f"{where}: longer than {_PATTERN_CHARS} characters")
+    try:
+        re.compile(rf"(.*\.)?({key})$")
+    except (re.error, RecursionError, OverflowError) as error:
+        raise FormatError(f"{where}: not a regular expression ({error})") from None
+    unbounded = 0
+    groups: list[bool] = []  # per open group: holds a repetition or an alternative
+    closed = False  # the previous token closed a group that held one
+    index = 0
+    while index < len(key):
+        char = key[index]
+        if char == "\\":
+            index += 2
+            closed = False
+            continue
+        if char == "[":
+            end = key.find("]", index + 2 if key[index + 1 : index + 2] == "]" else index + 1)
+            index = len(key) if end < 0 else end + 1
+            closed = False
+            continue
+        if char in "*+?{":
+            if char in "*+" or (char == "{" and re.match(r"\{\d*,\}", key[index:])):
+                unbounded += 1
+            if closed:
+                raise LimitError(f"{where}: a repeated group that itself repeats (slow to match)")
+            if groups:
+                groups[-1] = True
+        elif char == "(":
+            groups.append(False)
+        elif char == ")" and groups:
+            inner = groups.pop()
+            closed = inner
+            if inner and groups:
+                groups[-1] = True
+            index += 1
+            continue
+        elif char == "|" and groups:
+            groups[-1] = True
+        closed = False
+        index += 1
+    if unbounded > 1:
+        raise LimitError(f"{where}: more than one unbounded repetition (slow to match)")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+    """PEFT's ``get_pattern_key``: the first key (in order) matching the module name."""
+    for key, value in patterns.items():
+        if re.match(rf"(.*\.)?({key})$", module):
+            return value
+    return default
+
+
+def read_adapter(
+    folder: str, adapter: Checkpoint, base: Checkpoint, scale: float
+) -> dict[str, Recipe]:
+    """Recipes by base tensor name for the adapter at ``folder`` (its weights opened as
+    ``adapter``) against ``base``, in the base's tensor order. Headers only.
+
+    FormatError naming the tensor or module for an adapter tensor outside
+    ``base_model.model.``, a module without its A or B, a target with no base tensor,
+    shapes that do not agree, ``r`` not equal to A's first dim, Conv adapters or DoRA
+    magnitudes; DTypeError for factors or base tensors that are not F16/BF16/F32/F64 or
+    A and B of different dtypes.
+    """
+    config = read_config(folder)
+    modules: dict[str, dict[str, TensorInfo]] = {}
+    recipes: dict[str, Recipe] = {}
+    where = adapter.path
+    for name in adapter:
+        if not name.startswith(_PREFIX):
+            raise FormatError(f"{where}: tensor {name!r} is not under {_PREFIX!r} (not PEFT)")
+        rest = name[len(_PREFIX) :]
+        for suffix, part in _PARTS.items():
+            if rest.endswith("." + suffix):
+                module = rest[: -len(suffix) - 1]
+                modules.setdefault(module, {})[part] = adapter.info(name)
+                break
+        else:
+            if ".lora_" in f".{rest}":
+                raise FormatError(
+                    f"{where}: tensor {name!r} is not a LoRA weight strided merges "
+                    "(DoRA magnitudes, Conv or other variants are not supported)"
+                )
+            _replacement(where, name, rest, config, adapter, base, recipes)
+    for module, parts in modules.items():
+        _module(where, module, parts, config, base, scale, recipes)
+    return {name: recipes[name] for name in base if name in recipes}
+
+
+def _replacement(
+    where: str,
+    name: str,
+    target: str,
+    config: _Config,
+    adapter: Checkpoint,
+    base: Checkpoint,
+    recipes: dict[str, Recipe],
+) -> None:
+    """A ``modules_to_save`` tensor: it replaces the base tensor of the same name."""
+    module = target.rpartition(".")[0]
+    if not any(module.endswith(saved) for saved in config.modules_to_save):
+        raise FormatError(
+            f"{where}: tensor {name!r} is neither a LoRA weight nor in modules_to_save "
+            f"{config.modules_to_save}"
+        )
+    if target not in base:
+        raise FormatError(f"{where}: tensor {name!r} replaces {target!r}, which the base lacks")
+    info, found = base.info(target), adapter.info(name)
+    if found.shape != info.shape:
+        raise FormatError(
+            f"{where}: tensor {name!r} has shape {list(found.shape)}, the base's {target!r} "
+            f"{list(info.shape)}"
+        )
+    source, kind = _dtype(found.dtype), _dtype(info.dtype)
+    if source is None or kind is None or source.is_float != kind.is_float:
+        raise DTypeError(
+            f"{where}: tensor {name!r} ({found.dtype}) cannot replace the base's {target!r} "
+            f"({info.dtype})"
+        )
+    _add(where, recipes, Recipe(target, "replace", name, "", 1.0))
+
+
+def _module(
+    where: str,
+    module: str,
+    parts: dict[str, TensorInfo],
+    config: _Config,
+    base: Checkpoint,
+    scale: float,
+    recipes: dict[str, Recipe],
+) -> None:
+    """The recipes of one LoRA module (its weight, and its bias with ``lora_bias``)."""
+    if len(module) > _NAME_CHARS:  # matched against patterns below: bounded first
+        raise LimitError(f"{where}: module name of {len(module)} characters")
+    embedding = "embedding A" in parts or "embedding B" in parts
+    a_key, b_key = ("embedding A", "embedding B") if embedding else ("A", "B")
+    if embedding and ("A" in parts or "B" in parts):
+        raise FormatError(f"{where}: module {module!r} has both linear and embedding LoRA weights")
+    for key in (a_key, b_key):
+        if key not in parts:
+            raise FormatError(f"{where}: module {module!r} has no LoRA {key} weight")
+    a, b = parts[a_key], parts[b_key]
+    for info in (a, b):
+        if len(info.shape) != 2:
+            raise FormatError(
+                f"{where}: tensor {info.name!r} has shape {list(info.shape)}: only 2-D "
+                "(linear and embedding) LoRA weights merge; Conv adapters are not supported"
+            )
+    factor = _float(where, a)
+    if _float(where, b) is not factor:
+        raise DTypeError(
+            f"{where}: module {module!r}: {a.name!r} is {a.dtype} but {b.name!r} is {b.dtype}"
+        )
+    rank = _pattern_value(config.rank_pattern, module, config.r)
+    alpha = _pattern_value(config.alpha_pattern, module, config.alpha)
+    if a.shape[0] != rank or b.shape[1] != rank:
+        raise FormatError(
+            f"{where}: module {module!r}: r is {rank} but {a.name!r} has shape "
+            f"{list(a.shape)} and {b.name!r} {list(b.shape)}"
+        )
+    factor_scale = alpha / math.sqrt(rank) if config.rslora else alpha / rank
+    s = float(factor_scale) * scale
+    if not math.isfinite(s):
+        raise FormatError(f"{where}: module {module!r}: the scale {s!r} is not finite")
+    transposed = embedding or config.fan_in_fan_out
+    expected = (a.shape[1], b.shape[0]) if transposed else (b.shape[0], a.shape[1])
+    target = f"{module}.weight"
+    _base_float(where, base, target, module, expected)
+    kind = "transposed" if transposed else "linear"
+    _add(where, recipes, Recipe(target, kind, a.name, b.name, s))
+    bias = parts.get("bias")
+    if bias is not None:
+        if not config.lora_bias:
+            raise FormatError(f"{where}: tensor {bias.name!r} is present but lora_bias is false")
+        if _float(where, bias) is not factor:
+            raise DTypeError(f"{where}: tensor {bias.name!r} is {bias.dtype}, its B {b.dtype}")
+        _base_float(where, base, f"{module}.bias", module, (b.shape[0],))
+        _add(where, recipes, Recipe(f"{module}.bias", "bias", bias.name, bias.name, s))
+
+
+def _base_float(
+    where: str,
+    base: Checkpoint,
+    target: str,
+    module: str,
+    shape: tuple[int, ...],
+) -> None:
+    if target not in base:
+        raise FormatError(
+            f"{where}: module {module!r} has LoRA weights but the base {base.path} has no "
+            f"tensor {target!r}"
+        )
+    info = base.info(target)
+    if tuple(info.shape) != shape:
+        raise FormatError(
+            f"{where}: module {module!r}: the LoRA weights give shape {list(shape)}, the "
+            f"base's {target!r} is {list(info.shape)}"
+        )
+    dtype = _dtype(info.dtype)
+    if dtype not in TARGETS:
+        raise DTypeError(
+            f"{base.path}: tensor {target!r} is {info.dtype}: LoRA merges into F16, BF16, "
+            "F32 or F64 weights (convert the base first)"
+        )
+
+
+def _float(where: str, info: TensorInfo) -> DType:
+    dtype = _dtype(info.dtype)
+    if dtype not in TARGETS:
+        raise DTypeError(
+            f"{where}: tensor {info.name!r} is {info.dtype}: LoRA weights must be F16, BF16, "
+            "F32 or F64"
+        )
+    assert dtype is not None
+    return dtype
+
+
+def _dtype(name: str) -> DType | None:
+    return DType.__members__.get(name)
+
+
+def _add(where: str, recipes: dict[str, Recipe], recipe: Recipe) -> None:
+    if recipe.target in recipes:
+        raise FormatError(f"{where}: the base tensor {recipe.target!r} is changed twice")
+    recipes[recipe.target] = recipe

@@ -1,0 +1,469 @@
+"""Model transforms, streamed and exact: a LoRA adapter merged into its base, and
+weighted averages of checkpoints.
+
+``merge_lora`` and ``merge_linear`` return lazy ``Checkpoint`` objects: opening reads
+headers only, and ``ckpt[name]`` computes one tensor (a weight and its delta at a
+time). Every merged float element is the exact real value computed from the stored
+values, rounded once into the output dtype by ``_kernels.exact_affine``; the result is
+the same bits on every machine and for any split of the work.
+
+For writing, ``merge_items`` turns a merged checkpoint into the writer's items: tensors
+that do not change are copied (or converted) from their source as ``convert`` does,
+merged ones are ``computed`` by tasks over bounded runs of rows (or elements), which the
+worker processes of ``--jobs`` run after opening the files themselves by path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Sequence
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+from .._core.dtype import DType
+from .._core.errors import DataError, DTypeError, FormatError, LimitError, RangeError
+from .._core.memory import guard_function
+from .._core.shape import Shape
+from .._kernels.convert import convert_array
+from .._kernels.exact_affine import TARGETS, low_rank_update, weighted_sum
+from .._tensor.tensor import Tensor
+from ..io._shards import Planned
+from ._checkpoint import Checkpoint, TensorInfo, has_dtype, open_checkpoint
+from ._export import Item, Task
+from ._export import plan as plan_copies
+from ._lora import Recipe, read_adapter, weights_file
+from ._pool import JobError, opened, where
+from ._values import Source
+
+__all__ = ["merge_items", "merge_linear", "merge_lora", "parse_weight", "sources_of"]
+
+_TASK_BYTES = 1 << 22  # output bytes per task: a few bounded blocks of the kernel
+_MAX_DENOMINATOR = 1 << 64  # weights' common denominator (exact path: chunks of 26 bits)
+_MAX_NUMERATOR = 1 << 78
+_WEIGHT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
+
+class _Merge(NamedTuple):
+    """What a worker needs to compute tensors of a merged checkpoint (pickles)."""
+
+    kind: str  # "lora" or "linear"
+    paths: tuple[str, ...]  # lora: (base, adapter weights); linear: the inputs
+    recipes: dict[str, Recipe]  # lora only
+    weights: tuple[Fraction, ...]  # linear only
+
+
+class _MergeReader:
+    """A Checkpoint reader whose ``get`` computes merged tensors from open sources."""
+
+    def __init__(
+        self, merge: _Merge, sources: tuple[Checkpoint, ...], owned: tuple[Checkpoint, ...]
+    ) -> None:
+        self.merge = merge
+        self.sources = sources
+        self.owned = owned
+        self.closed = False
+
+    def keys(self) -> list[str]:
+        return list(self.sources[0])
+
+    def get(self, name: str) -> Tensor:
+        if self.closed:
+            raise FormatError(f"{self.sources[0].path}: the merged checkpoint is closed")
+        info = self.sources[0].info(name)
+        dtype = DType[info.dtype]
+        shape = tuple(info.shape)
+        if self.merge.kind == "lora":
+            recipe = self.merge.recipes.get(name)
+            if recipe is None:
+                return self.sources[0][name]
+            rows = shape[0] if shape else 1
+            data = _lora_rows(self.sources, recipe, name, 0, rows, dtype)
+        else:
+            numel = info.shape.numel
+            data = _linear_run(self.sources, self.merge.weights, name, 0, numel, dtype)
+        return Tensor.from_numpy(data.view(dtype.numpy).reshape(shape))
+
+    def close(self) -> None:
+        self.closed = True
+        for checkpoint in self.owned:
+            checkpoint.close()
+
+
+# -- LoRA -----------------------------------------------------------------------------------
+
+
+@guard_function
+def merge_lora(
+    base: str | os.PathLike[str] | Checkpoint,
+    adapter: str | os.PathLike[str],
+    scale: float = 1.0,
+) -> Checkpoint:
+    """A PEFT LoRA adapter merged into its base checkpoint, as a lazy ``Checkpoint``.
+
+    ``base`` is a path (opened here, closed with the result) or an open ``Checkpoint``
+    (used, never closed here) whose names are the model's Hugging Face names:
+    safetensors, PyTorch, DCP, NumPy; a GGUF base is a FormatError. ``adapter`` is the
+    folder ``save_pretrained`` wrote: ``adapter_config.json`` plus
+    ``adapter_model.safetensors`` or ``adapter_model.bin`` (read as data, never run).
+
+    The result has the base's names, shapes, dtypes and metadata, with ``format``
+    ``"merged"`` and the base's ``path``. Reading a tensor that the adapter changes
+    computes it: ``W + s * (B @ A)`` (transposed for ``fan_in_fan_out``; ``W + s *
+    (A.T @ B.T)`` for embeddings; ``bias + s * b`` with ``lora_bias``), each element the
+    exact real value of the stored numbers rounded once into W's dtype, where ``s`` is
+    the Python float ``alpha / r`` (``alpha / math.sqrt(r)`` with ``use_rslora``), per
+    module from ``rank_pattern`` / ``alpha_pattern``, times ``scale``. A
+    ``modules_to_save`` tensor replaces its base tensor, converted exactly into its
+    dtype. Other tensors are the base's own (zero-copy where the base is). Non-finite
+    weight elements stay as they are.
+
+    Everything about the adapter is checked before this returns, from headers:
+    FormatError naming the module or tensor for a module with no base weight, shapes
+    that disagree, ``r`` unlike A's first dim, DoRA and other variants, Conv adapters, a
+    config that does not parse; DTypeError for weights that are not F16/BF16/F32/F64
+    or A and B of different dtypes. Reading a tensor may raise FormatError (a NaN or
+    infinity in A, B or b) or RangeError (a merged element past the dtype's largest
+    finite value), naming the tensor and the element. OSError for paths that cannot be
+    opened. ``scale`` must be a finite float.
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise FormatError(f"merge_lora: scale must be a finite number, found {scale!r}")
+    folder = os.fspath(adapter)
+    if not isinstance(folder, str):
+        raise FormatError(f"merge_lora: the adapter must be a folder path, found {folder!r}")
+    owned: list[Checkpoint] = []
+    try:
+        if isinstance(base, Checkpoint):
+            opened_base = base
+        else:
+            opened_base = open_checkpoint(base)
+            owned.append(opened_base)
+        if opened_base.format == "gguf":
+            raise FormatError(
+                f"{opened_base.path}: a GGUF base cannot take a PEFT adapter (its tensor "
+                "names are not Hugging Face names); use the model's safetensors"
+            )
+        weights = open_checkpoint(weights_file(folder))
+        owned.append(weights)
+        recipes = read_adapter(folder, weights, opened_base, float(scale))
+        merge = _Merge("lora", (where(opened_base.path), where(weights.path)), recipes, ())
+        reader = _MergeReader(merge, (opened_base, weights), tuple(owned))
+        return _checkpoint(opened_base, reader)
+    except BaseException:
+        for checkpoint in owned:
+            checkpoint.close()
+        raise
+
+
+def _checkpoint(first: Checkpoint, reader: _MergeReader) -> Checkpoint:
+    infos = {name: first.info(name) for name in first}
+    merged = Checkpoint(first.path, "merged", reader, infos, first._metadata)
+    merged._float32_keys = first._float32_keys
+    return merged
+
+
+def _lora_rows(
+    sources: Sequence[Checkpoint],
+    recipe: Recipe,
+    name: str,
+    start: int,
+    stop: int,
+    target: DType,
+) -> np.ndarray:
+    """Rows ``[start, stop)`` of the merged tensor ``name`` in ``target``, as an array."""
+    base, adapter = sources[0], sources[1]
+    weight = base[name]
+    where_text = f"{adapter.path}: tensor {name!r}"
+    if recipe.kind == "replace":
+        whole = adapter[recipe.a_name].numpy()
+        # Rows of a 2-D tensor; anything else is one run.
+        replacement = whole[start:stop] if whole.ndim == 2 else whole.reshape(-1)
+        try:
+            return convert_array(replacement, DType[adapter.info(recipe.a_name).dtype], target)
+        except RangeError as error:
+            raise RangeError(f"{where_text}: {error}") from None
+    a = adapter[recipe.a_name]
+    factor = a.dtype
+    if recipe.kind == "bias":
+        left = np.ones((1, 1), dtype=factor.numpy)
+        right = _finite(adapter, recipe.a_name, a.numpy()).reshape(1, -1)
+        values = weight.numpy()[start:stop].reshape(1, -1)
+        shape: tuple[int, ...] = (1, weight.shape[0])
+        first = start
+    else:
+        b = adapter[recipe.b_name]
+        a_values = _finite(adapter, recipe.a_name, a.numpy())
+        b_values = _finite(adapter, recipe.b_name, b.numpy())
+        if recipe.kind == "linear":
+            left, right = b_values[start:stop], a_values
+        else:
+            left, right = a_values[:, start:stop].T, b_values.T
+        values = weight.numpy()[start:stop]
+        shape = tuple(weight.shape)
+        first = start * shape[1]
+    try:
+        result = low_rank_update(
+            values, weight.dtype, left, right, factor, recipe.scale, target, first, shape
+        )
+    except RangeError as error:
+        raise RangeError(f"{base.path}: tensor {name!r}: merged {error}") from None
+    return result.reshape(-1) if recipe.kind == "bias" else result
+
+
+def _finite(checkpoint: Checkpoint, name: str, values: np.ndarray) -> np.ndarray:
+    """The adapter tensor's values, refused when one is NaN or infinite."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values.astype(np.float32) if values.dtype.itemsize < 4 else values)
+    if bad.any():
+        index = ", ".join(str(int(i)) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+        raise FormatError(
+            f"{checkpoint.path}: tensor {name!r}: element [{index}] is not finite; the "
+            "merged weights would not be numbers"
+        )
+    return values
+
+
+def lora_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
+    """Rows ``[start, stop)`` of a merged LoRA tensor as bytes (run in a worker)."""
+    merge, name, start, stop, target = argument
+    try:
+        sources = tuple(opened(path) for path in merge.paths)
+        data = _lora_rows(sources, merge.recipes[name], name, start, stop, DType[target])
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    except DataError as error:
+        raise JobError(merge.paths[0], name, str(error)) from None
+
+
+# -- weighted averages ----------------------------------------------------------------------
+
+
+def parse_weight(value: object) -> Fraction:
+    """A merge weight as an exact rational.
+
+    ``str``: decimal text (``0.5``, ``-1``, ``1e-2``, ``.25``), read exactly (``"0.1"`` is
+    1/10, not the float nearest it); ``Fraction`` and ``int`` as they are; ``float``:
+    its exact binary value (``0.1`` is 3602879701896397/2**55: pass text for tenths).
+    FormatError for anything else, NaN or infinity.
+    """
+    if isinstance(value, bool):
+        raise FormatError(f"merge weight {value!r} is not a number")
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise FormatError(f"merge weight {value!r} is not finite")
+        return Fraction(value)
+    if isinstance(value, str):
+        if len(value) > 64 or not _WEIGHT_TEXT.fullmatch(value):
+            raise FormatError(f"merge weight {value[:80]!r} is not decimal text such as 0.5")
+        return Fraction(value)
+    raise FormatError(f"merge weight {value!r} is not a number")
+
+
+def _check_weights(weights: Sequence[Fraction]) -> None:
+    denominator = math.lcm(*(weight.denominator for weight in weights))
+    if denominator >= _MAX_DENOMINATOR:
+        raise LimitError(
+            f"merge weights {[str(w) for w in weights]}: their common denominator "
+            f"{denominator} is not below 2^64 (use fewer digits)"
+        )
+    for weight in weights:
+        if abs(weight * denominator) >= _MAX_NUMERATOR:
+            raise LimitError(f"merge weight {weight} is too large (below 2^78 over 2^64)")
+
+
+@guard_function
+def merge_linear(
+    checkpoints: Sequence[str | os.PathLike[str] | Checkpoint], weights: Sequence[object]
+) -> Checkpoint:
+    """The weighted sum ``sum_i weights[i] * checkpoints[i]``, as a lazy ``Checkpoint``.
+
+    Each checkpoint is a path (opened here, closed with the result) or an open
+    ``Checkpoint`` (never closed here); all must have the same tensor names, and for
+    each name the same shape and dtype. Weights: one per checkpoint, each decimal text,
+    ``Fraction``, ``int`` or ``float`` (``parse_weight``); they need not sum to 1.
+
+    Every F16/BF16/F32/F64 element is the exact weighted sum of the stored values,
+    rounded once into its dtype; an element holding NaN or an infinity in any input is
+    what IEEE arithmetic makes of it. Integer and BOOL tensors must be identical in
+    every input and are copied. The result has the first checkpoint's names, order,
+    metadata and path, and ``format`` ``"merged"``.
+
+    Checked before this returns, from headers: FormatError naming the tensor for names
+    that differ, shapes that differ; DTypeError for dtypes that differ or a tensor
+    strided cannot average (FP8, quantized); FormatError for bad weights, LimitError
+    for weights with too many digits. Reading a tensor may raise FormatError (integer
+    tensors that differ, naming the first element) or RangeError (an element past the
+    dtype's largest finite value).
+    """
+    exact = tuple(parse_weight(weight) for weight in weights)
+    if not checkpoints or len(exact) != len(checkpoints):
+        raise FormatError(
+            f"merge_linear: {len(checkpoints)} checkpoints need as many weights, found {len(exact)}"
+        )
+    _check_weights(exact)
+    owned: list[Checkpoint] = []
+    try:
+        sources = []
+        for item in checkpoints:
+            if isinstance(item, Checkpoint):
+                sources.append(item)
+            else:
+                sources.append(open_checkpoint(item))
+                owned.append(sources[-1])
+        _agree(sources)
+        merge = _Merge("linear", tuple(where(c.path) for c in sources), {}, exact)
+        return _checkpoint(sources[0], _MergeReader(merge, tuple(sources), tuple(owned)))
+    except BaseException:
+        for checkpoint in owned:
+            checkpoint.close()
+        raise
+
+
+def _agree(sources: Sequence[Checkpoint]) -> None:
+    first = sources[0]
+    names = list(first)
+    for other in sources[1:]:
+        missing = [name for name in names if name not in other]
+        extra = [name for name in other if name not in first]
+        if missing or extra:
+            name, side = (missing[0], first.path) if missing else (extra[0], other.path)
+            raise FormatError(
+                f"{side}: tensor {name!r} is not in every checkpoint: merged checkpoints "
+                "must hold the same names"
+            )
+    for name in names:
+        info = first.info(name)
+        for other in sources[1:]:
+            found = other.info(name)
+            if found.shape != info.shape:
+                raise FormatError(
+                    f"{other.path}: tensor {name!r} has shape {list(found.shape)}, "
+                    f"{first.path} {list(info.shape)}"
+                )
+            if found.dtype != info.dtype:
+                raise DTypeError(
+                    f"{other.path}: tensor {name!r} is {found.dtype}, {first.path} {info.dtype}"
+                )
+        if not has_dtype(info.dtype) or (
+            DType[info.dtype].is_float and DType[info.dtype] not in TARGETS
+        ):
+            raise DTypeError(
+                f"{first.path}: tensor {name!r} is {info.dtype}: only F16, BF16, F32 and F64 "
+                "tensors are averaged (integer and BOOL ones copied)"
+            )
+
+
+def _linear_run(
+    sources: Sequence[Checkpoint],
+    weights: Sequence[Fraction],
+    name: str,
+    start: int,
+    stop: int,
+    target: DType,
+) -> np.ndarray:
+    """Elements ``[start, stop)`` of the merged tensor ``name`` in ``target`` (flat)."""
+    info = sources[0].info(name)
+    dtype = DType[info.dtype]
+    runs = [Source(source, name).values(start, stop) for source in sources]
+    if not dtype.is_float:
+        for source, run in zip(sources[1:], runs[1:], strict=True):
+            differ = run != runs[0]
+            if differ.any():
+                flat = start + int(np.argmax(differ))
+                index = ", ".join(str(int(i)) for i in np.unravel_index(flat, tuple(info.shape)))
+                raise FormatError(
+                    f"{source.path}: tensor {name!r}: element [{index}] differs from "
+                    f"{sources[0].path}: {dtype.name} tensors must be identical to be merged"
+                )
+        return np.ascontiguousarray(runs[0])
+    try:
+        return weighted_sum(
+            runs, [dtype] * len(runs), weights, target, start, tuple(info.shape) or (1,)
+        )
+    except RangeError as error:
+        raise RangeError(f"{sources[0].path}: tensor {name!r}: merged {error}") from None
+
+
+def linear_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
+    """Elements ``[start, stop)`` of a merged average as bytes (run in a worker)."""
+    merge, name, start, stop, target = argument
+    try:
+        sources = tuple(opened(path) for path in merge.paths)
+        data = _linear_run(sources, merge.weights, name, start, stop, DType[target])
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    except DataError as error:
+        raise JobError(merge.paths[0], name, str(error)) from None
+
+
+# -- the writer's items ---------------------------------------------------------------------
+
+
+def sources_of(merged: Checkpoint) -> list[tuple[str, Checkpoint]]:
+    """``(path workers open, open checkpoint)`` of each source of a merged checkpoint,
+    for ``_pool.sharing``: tasks run in this process use the open ones."""
+    reader = merged._open_reader()
+    assert isinstance(reader, _MergeReader)
+    return list(zip(reader.merge.paths, reader.sources, strict=True))
+
+
+def merge_items(
+    merged: Checkpoint, names: Sequence[str], dtype: DType | None, allow_expanded: bool = False
+) -> tuple[list[Item], str]:
+    """The writer's items for ``names`` of a checkpoint made by ``merge_lora`` or
+    ``merge_linear``, and the path unchanged tensors are read from (the base's, or the
+    first input's). ``dtype`` converts floating tensors, merged ones rounded once into
+    it directly (F16, BF16, F32 or F64: DTypeError otherwise).
+    """
+    reader = merged._open_reader()
+    assert isinstance(reader, _MergeReader)
+    merge = reader.merge
+    if dtype is not None and dtype not in TARGETS:
+        raise DTypeError(f"merged tensors are written as F16, BF16, F32 or F64, not {dtype.name}")
+    base = reader.sources[0]
+    if merge.kind == "lora":
+        changed = [name for name in names if name in merge.recipes]
+    else:
+        changed = list(names)
+    copies = {
+        item.planned.name: item
+        for item in plan_copies(base, [n for n in names if n not in changed], dtype, allow_expanded)
+    }
+    items = []
+    for name in names:
+        if name in copies:
+            items.append(copies[name])
+            continue
+        info = merged.info(name)
+        source = DType[info.dtype]
+        target = dtype if dtype is not None and source.is_float else source
+        planned = Planned(name, target.name, info.shape, info.shape.numel * target.itemsize)
+        tasks = tuple(_tasks(merge, info, target))
+        items.append(Item(planned, "computed", target, tasks))
+    return items, merge.paths[0]
+
+
+def _tasks(merge: _Merge, info: TensorInfo, target: DType) -> Iterator[Task]:
+    """Bounded runs of one merged tensor: rows for LoRA weights, elements otherwise."""
+    shape: Shape = info.shape
+    if merge.kind == "lora" and merge.recipes[info.name].kind != "bias" and len(shape) == 2:
+        width = max(shape[1], 1)
+        step = max(1, _TASK_BYTES // (width * target.itemsize))
+        for start in range(0, shape[0], step):
+            stop = min(start + step, shape[0])
+            yield lora_task, (merge, info.name, start, stop, target.name), start * width
+        return
+    function = lora_task if merge.kind == "lora" else linear_task
+    numel = shape.numel
+    if merge.kind == "lora":  # a bias: one run
+        yield function, (merge, info.name, 0, shape[0] if shape else 1, target.name), 0
+        return
+    step = max(1, _TASK_BYTES // target.itemsize)
+    for start in range(0, numel, step):
+        yield function, (merge, info.name, start, min(start + step, numel), target.name), start
