@@ -3,4 +3,4 @@ when strided runs from a source tree rather than an installed distribution)."""
 
 __all__ = ["VERSION"]
 
-VERSION = "0.3.0"
+VERSION = "0.4.0"

@@ -60,7 +60,11 @@ def resolve(m: Machine, module: object, name: object) -> Global:
     if m.lenient:
         m.spend(OBJECT_BYTES + len(full), "globals")
         return Global(full, "record", origin=(module, name))
-    reason = UNSUPPORTED.get(full, "is not an allowed global (nothing is imported)")
+    reason = UNSUPPORTED.get(
+        full,
+        "is not an allowed global (nothing is imported; "
+        "lenient=True / --lenient reads it as an inert record)",
+    )
     raise m.fail(f"{full[:120]} {reason}")
 
 

@@ -85,7 +85,7 @@ from ._pickle_data import Global, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS
 from ._pickle_numpy import ArrayRef, array_values
 from ._pickle_walk import Leaf, flatten
-from ._zip import read_zip, stored_bytes
+from ._zip import ZipMember, read_zip, stored_bytes
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
 
@@ -177,18 +177,7 @@ class _Shard:
         )
         if end != len(data):
             raise FormatError(f"{where}: data.pkl has {len(data) - end} bytes after its STOP")
-        spans = {}
-        for key, ref in storages.items():
-            member = members.get(f"{prefix}data/{key}")
-            if member is None:
-                raise FormatError(f"{where}: storage {key!r} has no member {prefix}data/{key}")
-            if member.size != ref.nbytes:
-                raise FormatError(
-                    f"{where}: storage {key!r} claims {ref.nbytes} bytes "
-                    f"({ref.numel} x {ref.dtype.name}), its member holds {member.size}"
-                )
-            spans[key] = member.data_offset
-        return root, end, spans
+        return root, end, storage_spans(storages, members, prefix, where)
 
     def _legacy(
         self, storages: dict[str, StorageRef], budget: ParseBudget
@@ -327,6 +316,25 @@ class _Shard:
         if copy:
             return Tensor._wrap(_view(seal(span.copy()), ref, 0))
         return Tensor._wrap(_view(storage, ref, ref.offset))
+
+
+def storage_spans(
+    storages: dict[str, StorageRef], members: dict[str, ZipMember], prefix: str, where: str
+) -> dict[str, int]:
+    """Where each storage the pickle names starts in the file (member ``data/<key>``,
+    whose size must be exactly the storage's); a missing member is a FormatError."""
+    spans = {}
+    for key, ref in storages.items():
+        member = members.get(f"{prefix}data/{key}")
+        if member is None:
+            raise FormatError(f"{where}: storage {key!r} has no member {prefix}data/{key}")
+        if member.size != ref.nbytes:
+            raise FormatError(
+                f"{where}: storage {key!r} claims {ref.nbytes} bytes "
+                f"({ref.numel} x {ref.dtype.name}), its member holds {member.size}"
+            )
+        spans[key] = member.data_offset
+    return spans
 
 
 def _view(base: np.ndarray[Any, Any], ref: TensorRef, offset: int) -> np.ndarray[Any, Any]:

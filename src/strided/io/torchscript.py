@@ -57,7 +57,7 @@ from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS
 from ._torchscript_code import ClassDecl, CodeIndex
 from ._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
-from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard
+from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 
 __all__ = ["TORCHSCRIPT_GLOBALS", "is_torchscript", "open_torchscript"]
 
@@ -209,7 +209,7 @@ class _ScriptShard(_Shard):
         if end != len(data):
             raise FormatError(f"{path}: data.pkl has {len(data) - end} bytes after its STOP")
         self.imports = imports
-        self.spans = _spans(storages, members, prefix, path)
+        self.spans = storage_spans(storages, members, prefix, path)
         code = CodeIndex(self.raw, members, prefix, path, budget)
         state = _state(root, code, path, end, budget)
         self.metadata = {}
@@ -232,24 +232,6 @@ def _check_stored(members: dict[str, ZipMember], prefix: str, where: str) -> Non
                 f"{where}: member {name[:120]!r} is compressed; a TorchScript archive "
                 "stores it uncompressed"
             )
-
-
-def _spans(
-    storages: dict[str, StorageRef], members: dict[str, ZipMember], prefix: str, where: str
-) -> dict[str, int]:
-    """Where each storage the pickle names starts in the file (its size checked)."""
-    spans = {}
-    for key, ref in storages.items():
-        member = members.get(f"{prefix}data/{key}")
-        if member is None:
-            raise FormatError(f"{where}: storage {key!r} has no member {prefix}data/{key}")
-        if member.size != ref.nbytes:
-            raise FormatError(
-                f"{where}: storage {key!r} claims {ref.nbytes} bytes "
-                f"({ref.numel} x {ref.dtype.name}), its member holds {member.size}"
-            )
-        spans[key] = member.data_offset
-    return spans
 
 
 class _Walk:
