@@ -542,3 +542,29 @@ def test_merging_streams_one_weight_at_a_time(tmp_path: Path) -> None:
     assert status == "0"
     assert int(peak) < 40 << 20, int(peak) >> 20  # the base alone is 64 MiB
     shutil.rmtree(tmp_path / "ad")
+
+
+def test_a_whole_pickled_model_merges_with_lenient(tmp_path: Path) -> None:
+    """torch.save(model) needs --lenient (its classes are records, never run); the merge
+    then equals the merge into the model's state_dict, for every --jobs."""
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(5)
+    model = torch.nn.ModuleDict({"layer": torch.nn.Linear(4, 3)})
+    torch.save(model, str(tmp_path / "whole.pt"))
+    state = {name: value.detach().contiguous() for name, value in model.state_dict().items()}
+    safetensors_torch.save_file(state, str(tmp_path / "state.safetensors"))
+    _plain_adapter(tmp_path / "ad", _good_tensors())
+    refused = tmp_path / "refused.safetensors"
+    assert main(["merge-lora", str(tmp_path / "whole.pt"), str(tmp_path / "ad"), str(refused)]) == 1
+    assert not refused.exists()
+    expected = tmp_path / "expected.safetensors"
+    args = [str(tmp_path / "ad")]
+    assert main(["merge-lora", str(tmp_path / "state.safetensors"), *args, str(expected)]) == 0
+    for jobs in ("1", "2"):
+        out = tmp_path / f"lenient{jobs}.safetensors"
+        whole = str(tmp_path / "whole.pt")
+        assert main(["merge-lora", whole, *args, str(out), "--lenient", "--jobs", jobs]) == 0
+        assert out.read_bytes() == expected.read_bytes()
+    with st.merge_lora(str(tmp_path / "whole.pt"), str(tmp_path / "ad"), lenient=True) as merged:
+        assert sorted(merged) == ["layer.bias", "layer.weight"]

@@ -186,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_convert(commands)
     add_scan(commands, _command, _run_scan)
     add_set_metadata(commands, _command, _run_set_metadata)
-    add_merges(commands, _command, _add_jobs, _add_expanded, _size, _run_merge_lora, _run_merge)
+    helpers = (_add_jobs, _add_expanded, _add_lenient, _size)
+    add_merges(commands, _command, *helpers, _run_merge_lora, _run_merge)
     for command in commands.choices.values():
         command.add_argument(
             "--token",

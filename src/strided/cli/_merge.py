@@ -27,7 +27,7 @@ def run_merge_lora(args: argparse.Namespace) -> int:
     """Merge ADAPTER into BASE and write OUT; see ``strided merge-lora --help``."""
     _check_destination(args.dst, args.max_shard_size)
     try:
-        merged = merge_lora(args.path, args.adapter, args.scale)
+        merged = merge_lora(args.path, args.adapter, args.scale, lenient=args.lenient)
     except DataError as error:
         raise CommandFailure(_line([args.path, args.adapter], error)) from None
     with merged:
@@ -53,7 +53,7 @@ def run_merge(args: argparse.Namespace) -> int:
         )
     _check_destination(args.dst, args.max_shard_size)
     try:
-        merged = merge_linear(inputs, args.weights)
+        merged = merge_linear(inputs, args.weights, lenient=args.lenient)
     except DataError as error:
         raise CommandFailure(_line(inputs, error)) from None
     with merged:

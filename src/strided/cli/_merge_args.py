@@ -23,13 +23,15 @@ def add_merges(
     command: Callable[..., argparse.ArgumentParser],
     add_jobs: Callable[[argparse.ArgumentParser], None],
     add_expanded: Callable[[argparse.ArgumentParser], None],
+    add_lenient: Callable[[argparse.ArgumentParser], None],
     size: Callable[[str], int],
     run_merge_lora: Callable[[argparse.Namespace], int],
     run_merge: Callable[[argparse.Namespace], int],
 ) -> None:
     """Add both commands to ``commands`` with the command line's own helpers (the
-    sub-command maker, ``--jobs``, ``--allow-expanded`` and the ``--max-shard-size``
-    type) and the functions that run them (they import the job when it runs)."""
+    sub-command maker, ``--jobs``, ``--allow-expanded``, ``--lenient`` and the
+    ``--max-shard-size`` type) and the functions that run them (they import the job
+    when it runs)."""
     lora = command(
         commands,
         "merge-lora",
@@ -50,6 +52,7 @@ def add_merges(
         "--scale", type=_scale, default=1.0, metavar="S", help="multiply the adapter's s by S"
     )
     _common(lora, add_jobs, add_expanded, size)
+    add_lenient(lora)
     lora.set_defaults(run=run_merge_lora)
 
     linear = command(
@@ -75,11 +78,12 @@ def add_merges(
         help="one weight per checkpoint, comma-separated decimals",
     )
     _common(linear, add_jobs, add_expanded, size)
+    add_lenient(linear)
     linear.set_defaults(run=run_merge)
     linear.__class__ = _Intermixed  # OUT may follow --weights
     linear.usage = (
         "strided merge [-h] A B [C ...] --weights W1,W2[,...] OUT [--dtype D]\n"
-        "               [--max-shard-size SIZE] [--overwrite] [--jobs N]"
+        "               [--max-shard-size SIZE] [--overwrite] [--jobs N] [--lenient]"
     )
 
 

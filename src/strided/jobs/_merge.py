@@ -101,6 +101,8 @@ def merge_lora(
     base: str | os.PathLike[str] | Checkpoint,
     adapter: str | os.PathLike[str],
     scale: float = 1.0,
+    *,
+    lenient: bool = False,
 ) -> Checkpoint:
     """A PEFT LoRA adapter merged into its base checkpoint, as a lazy ``Checkpoint``.
 
@@ -129,6 +131,11 @@ def merge_lora(
     infinity in A, B or b) or RangeError (a merged element past the dtype's largest
     finite value), naming the tensor and the element. OSError for paths that cannot be
     opened. ``scale`` must be a finite float.
+
+    ``lenient=True`` opens a base path leniently (a whole pickled model gives its
+    ``state_dict()`` tensors; nothing in it is run) and has worker processes reopen it
+    so; pass it too when ``base`` is a checkpoint opened with ``lenient=True``. The
+    adapter is always read strictly.
     """
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise FormatError(f"merge_lora: scale must be a finite number, found {scale!r}")
@@ -140,7 +147,7 @@ def merge_lora(
         if isinstance(base, Checkpoint):
             opened_base = base
         else:
-            opened_base = open_checkpoint(base)
+            opened_base = open_checkpoint(base, lenient=lenient)
             owned.append(opened_base)
         if opened_base.format == "gguf":
             raise FormatError(
@@ -150,7 +157,8 @@ def merge_lora(
         weights = open_checkpoint(weights_file(folder))
         owned.append(weights)
         recipes = read_adapter(folder, weights, opened_base, float(scale))
-        merge = _Merge("lora", (where(opened_base.path), where(weights.path)), recipes, ())
+        paths = (where(opened_base.path, lenient), where(weights.path))
+        merge = _Merge("lora", paths, recipes, ())
         reader = _MergeReader(merge, (opened_base, weights), tuple(owned))
         return _checkpoint(opened_base, reader)
     except BaseException:
@@ -280,7 +288,10 @@ def _check_weights(weights: Sequence[Fraction]) -> None:
 
 @guard_function
 def merge_linear(
-    checkpoints: Sequence[str | os.PathLike[str] | Checkpoint], weights: Sequence[object]
+    checkpoints: Sequence[str | os.PathLike[str] | Checkpoint],
+    weights: Sequence[object],
+    *,
+    lenient: bool = False,
 ) -> Checkpoint:
     """The weighted sum ``sum_i weights[i] * checkpoints[i]``, as a lazy ``Checkpoint``.
 
@@ -301,6 +312,9 @@ def merge_linear(
     for weights with too many digits. Reading a tensor may raise FormatError (integer
     tensors that differ, naming the first element) or RangeError (an element past the
     dtype's largest finite value).
+
+    ``lenient=True`` opens the paths leniently (whole pickled models give their
+    ``state_dict()`` tensors; nothing is run), and worker processes reopen them so.
     """
     exact = tuple(parse_weight(weight) for weight in weights)
     if not checkpoints or len(exact) != len(checkpoints):
@@ -315,10 +329,10 @@ def merge_linear(
             if isinstance(item, Checkpoint):
                 sources.append(item)
             else:
-                sources.append(open_checkpoint(item))
+                sources.append(open_checkpoint(item, lenient=lenient))
                 owned.append(sources[-1])
         _agree(sources)
-        merge = _Merge("linear", tuple(where(c.path) for c in sources), {}, exact)
+        merge = _Merge("linear", tuple(where(c.path, lenient) for c in sources), {}, exact)
         return _checkpoint(sources[0], _MergeReader(merge, tuple(sources), tuple(owned)))
     except BaseException:
         for checkpoint in owned:
