@@ -10,6 +10,7 @@ import ctypes
 import gc
 import importlib.util
 import os
+import subprocess
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -169,3 +170,53 @@ def peak_bytes(fn: Callable[[], object]) -> tuple[int, object]:
     finally:
         tracemalloc.stop()
     return peak, result
+
+
+@dataclass
+class Measured:
+    """One run of a command: wall seconds, the peak anonymous memory of its process
+    tree (bytes; 0 where ``/proc`` is missing), its exit status and its stdout."""
+
+    seconds: float
+    peak: int
+    returncode: int
+    stdout: str
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every descendant, from ``/proc`` (just ``pid`` elsewhere)."""
+    found, index = [pid], 0
+    while index < len(found):
+        current = found[index]
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                found += [int(child) for child in children.read().split()]
+        except OSError:
+            pass
+        index += 1
+    return found
+
+
+def anonymous_bytes(pid: int) -> int:
+    """A process's anonymous resident memory (``RssAnon``), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(command: list[str]) -> Measured:
+    """Run ``command`` (stderr discarded), sampling its tree's memory every 2 ms."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, sum(anonymous_bytes(pid) for pid in process_tree(process.pid)))
+        time.sleep(0.002)
+    seconds = time.perf_counter() - start
+    output = process.stdout.read().decode() if process.stdout else ""
+    return Measured(seconds, peak, process.returncode, output)

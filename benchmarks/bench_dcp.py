@@ -33,7 +33,7 @@ from pathlib import Path
 
 from strided.cli import main
 
-from ._harness import Row, format_seconds, optional
+from ._harness import Row, format_seconds, optional, run_measured
 
 _LAYERS = 14  # FSDP2 weights of 4096 x 4096 F32 (64 MiB each)
 _COLUMNS = 2  # tensor-parallel weights of 4096 x 4096 F32, split by columns
@@ -117,42 +117,12 @@ def _write(folder: str) -> None:
                 child.wait()
 
 
-def _tree(pid: int) -> list[int]:
-    found, index = [pid], 0
-    while index < len(found):
-        current = found[index]
-        try:
-            with open(f"/proc/{current}/task/{current}/children") as children:
-                found += [int(child) for child in children.read().split()]
-        except OSError:
-            pass
-        index += 1
-    return found
-
-
-def _anonymous(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _measured(command: list[str]) -> tuple[float, int]:
     """(wall seconds, peak anonymous bytes of the process tree) of one run of a command."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak = 0
-    while process.poll() is None:
-        peak = max(peak, sum(_anonymous(pid) for pid in _tree(process.pid)))
-        time.sleep(0.002)
-    seconds = time.perf_counter() - start
-    if process.returncode:
+    found = run_measured(command)
+    if found.returncode:
         raise RuntimeError(f"{command[:4]} failed")
-    return seconds, peak
+    return found.seconds, found.peak
 
 
 def _quiet(*args: str) -> Callable[[], object]:

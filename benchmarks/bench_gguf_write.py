@@ -20,10 +20,8 @@ import contextlib
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,8 +31,7 @@ import numpy as np
 import strided as st
 from strided.cli import main
 
-from ._harness import Row, optional
-from .bench_jobs import _anonymous, _tree
+from ._harness import Row, optional, run_measured
 
 _TENSORS = 32  # of 4096 x 4096 F16 = 32 MiB each: 1 GiB in all
 _TIMED = 8
@@ -76,15 +73,9 @@ def _measure(command: list[str]) -> str:
     """Wall time and peak anonymous memory of a command's process tree (Linux only)."""
     if not os.path.exists("/proc/self/status"):
         return "n/a"
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak = 0
-    while process.poll() is None:
-        peak = max(peak, sum(_anonymous(pid) for pid in _tree(process.pid)))
-        time.sleep(0.002)
-    elapsed = time.perf_counter() - start
-    status = "" if process.returncode == 0 else f", exit {process.returncode}"
-    return f"{elapsed:.1f} s, peak {peak / _MIB:.0f} MiB{status}"
+    found = run_measured(command)
+    status = "" if found.returncode == 0 else f", exit {found.returncode}"
+    return f"{found.seconds:.1f} s, peak {found.peak / _MIB:.0f} MiB{status}"
 
 
 def _quiet(*args: str) -> Callable[[], object]:

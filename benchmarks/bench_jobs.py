@@ -18,10 +18,8 @@ import hashlib
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -29,7 +27,7 @@ import numpy as np
 import strided as st
 from strided.cli import main
 
-from ._harness import Row, optional
+from ._harness import Row, optional, run_measured
 
 _TENSORS = 50  # of 1024 x 1024 F32 = 4 MiB each: 200 MiB in all
 _MIB = 1 << 20
@@ -95,40 +93,11 @@ _REFERENCE_READ = (
 )
 
 
-def _tree(pid: int) -> list[int]:
-    found, index = [pid], 0
-    while index < len(found):
-        current = found[index]
-        try:
-            with open(f"/proc/{current}/task/{current}/children") as children:
-                found += [int(child) for child in children.read().split()]
-        except OSError:
-            pass
-        index += 1
-    return found
-
-
-def _anonymous(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _peak(command: list[str]) -> str:
     """Peak anonymous memory of a command's process tree, as text (Linux only)."""
     if not os.path.exists("/proc/self/status"):
         return "n/a"
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak = 0
-    while process.poll() is None:
-        peak = max(peak, sum(_anonymous(pid) for pid in _tree(process.pid)))
-        time.sleep(0.002)
-    return f"{peak / _MIB:.0f} MiB"
+    return f"{run_measured(command).peak / _MIB:.0f} MiB"
 
 
 def rows() -> Iterator[Row]:

@@ -24,10 +24,8 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -36,7 +34,7 @@ import strided as st
 from strided._core.dtype import DType
 from strided._kernels.exact_affine import low_rank_update
 
-from ._harness import Row, optional
+from ._harness import Row, optional, run_measured
 
 _LAYERS = 16
 _SIZE = 4096
@@ -100,44 +98,16 @@ def _base(folder: str) -> tuple[str, str]:
     return base, adapter
 
 
-def _anonymous(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _tree(pid: int) -> list[int]:
-    found, index = [pid], 0
-    while index < len(found):
-        try:
-            with open(f"/proc/{found[index]}/task/{found[index]}/children") as children:
-                found += [int(child) for child in children.read().split()]
-        except OSError:
-            pass
-        index += 1
-    return found
-
-
 def _run(command: list[str]) -> tuple[float, float, int]:
     """Seconds the child reports for its work, the CPU seconds of its process tree
     (user + system), and the tree's peak anonymous memory."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    peak = 0
-    while process.poll() is None:
-        peak = max(peak, sum(_anonymous(pid) for pid in _tree(process.pid)))
-        time.sleep(0.002)
-    output = process.stdout.read().decode() if process.stdout else ""
-    if process.returncode != 0:
+    found = run_measured(command)
+    if found.returncode != 0:
         raise SystemExit(f"benchmark child failed: {command[:4]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return float(output.split()[-1]), cpu, peak
+    return float(found.stdout.split()[-1]), cpu, found.peak
 
 
 def rows() -> Iterator[Row]:
