@@ -117,11 +117,10 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     found["legacy"] = _saved(_data_state(), _use_new_zipfile_serialization=False)
     torch.manual_seed(0)
     found["model"] = _saved(Tiny())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit.script says it is deprecated
-        scripted = torch.jit.script(Tiny())
     script = folder / "script.pt"
-    torch.jit.save(scripted, str(script))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit says it is deprecated
+        torch.jit.save(torch.jit.script(Tiny()), str(script))
     found["script"] = script.read_bytes()
     found["dcp"] = dcpwrite.cached(
         tmp_path_factory.getbasetemp(), "dcp-single", dcpwrite.write_single
