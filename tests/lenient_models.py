@@ -126,4 +126,6 @@ def oracle_state(path: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(oracle_state(sys.argv[1])))
+    # One path: its state; several: {path: state} (one child for many files).
+    states = {path: oracle_state(path) for path in sys.argv[1:]}
+    print(json.dumps(states[sys.argv[1]] if len(states) == 1 else states))
