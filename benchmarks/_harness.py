@@ -13,7 +13,7 @@ import os
 import subprocess
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,3 +220,12 @@ def run_measured(command: list[str]) -> Measured:
     seconds = time.perf_counter() - start
     output = process.stdout.read().decode() if process.stdout else ""
     return Measured(seconds, peak, process.returncode, output)
+
+
+def touched(arrays: Iterable[Any], full: bool = False) -> float:
+    """The sum of one element of each array (of each array's maximum with ``full``):
+    what a timed read returns, so every array is really read."""
+    total = 0.0
+    for array in arrays:
+        total += float(array.max()) if full else float(array.reshape(-1)[0])
+    return total

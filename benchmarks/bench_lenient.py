@@ -20,7 +20,7 @@ from typing import Any
 
 from strided.io.pytorch import open_pytorch
 
-from ._harness import Row, optional
+from ._harness import Row, optional, touched
 
 _LAYERS = 24  # of 1024 x 1024 F32 = 4 MiB each
 _BLOCKS = 1000
@@ -30,11 +30,7 @@ _MIB = 1 << 20
 def _strided(path: str, full: bool) -> Callable[[], object]:
     def run() -> object:
         opened = open_pytorch(path, lenient=True)
-        total = 0.0
-        for name in opened:
-            array = opened.get(name).numpy()
-            total += float(array.max()) if full else float(array.reshape(-1)[0])
-        return total
+        return touched((opened.get(name).numpy() for name in opened), full)
 
     return run
 
@@ -42,11 +38,7 @@ def _strided(path: str, full: bool) -> Callable[[], object]:
 def _torch(torch: Any, path: str, full: bool) -> Callable[[], object]:
     def run() -> object:
         model = torch.load(path, weights_only=False, map_location="cpu", mmap=True)
-        total = 0.0
-        for tensor in model.state_dict().values():
-            array = tensor.detach().numpy()
-            total += float(array.max()) if full else float(array.reshape(-1)[0])
-        return total
+        return touched((tensor.detach().numpy() for tensor in model.state_dict().values()), full)
 
     return run
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from strided.io.pytorch import open_pytorch
 
-from ._harness import Row, optional
+from ._harness import Row, optional, touched
 
 _TENSORS = 50  # of 1024 x 1024 F32 = 4 MiB each: 200 MiB in all
 _SMALL = 20_000
@@ -29,11 +29,7 @@ _MIB = 1 << 20
 def _strided(path: str, full: bool) -> Callable[[], object]:
     def run() -> object:
         opened = open_pytorch(path)
-        total = 0.0
-        for name in opened:
-            array = opened.get(name).numpy()
-            total += float(array.max()) if full else float(array.reshape(-1)[0])
-        return total
+        return touched((opened.get(name).numpy() for name in opened), full)
 
     return run
 
@@ -41,11 +37,7 @@ def _strided(path: str, full: bool) -> Callable[[], object]:
 def _torch(torch: Any, path: str, full: bool, mmap: bool) -> Callable[[], object]:
     def run() -> object:
         loaded = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
-        total = 0.0
-        for tensor in loaded.values():
-            array = tensor.numpy()
-            total += float(array.max()) if full else float(array.reshape(-1)[0])
-        return total
+        return touched((tensor.numpy() for tensor in loaded.values()), full)
 
     return run
 

@@ -110,7 +110,7 @@ def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[st
     except DataError as error:
         raise CommandFailure(with_path(args.path, error)) from None
     total = sum(item.byte_len for item in items)
-    path = where(args.path)
+    path = where(args.path, args.lenient)
     with (
         sharing((path, checkpoint)),
         Runner(args.jobs) as runner,

@@ -153,11 +153,12 @@ class _Shard:
         """How every pickle of the file is interpreted: strict or lenient, imports kept."""
         return {"lenient": self.lenient, "imports": self.imports}
 
-    def _zip(
-        self, storages: dict[str, StorageRef], budget: ParseBudget
-    ) -> tuple[object, int, dict[str, int]]:
+    def archive_pickle(
+        self, members: dict[str, ZipMember], budget: ParseBudget
+    ) -> tuple[str, memoryview]:
+        """The archive's folder prefix and its ``data.pkl`` bytes (in place); grants the
+        central directory to ``budget`` and sets ``big_endian`` from ``byteorder``."""
         where = self.where
-        members = read_zip(self.raw, where)
         # The central directory and the end records: everything after the last member.
         ends = (member.data_offset + member.compressed_size for member in members.values())
         budget.grant(len(self.raw) - max(ends, default=0))
@@ -171,7 +172,14 @@ class _Shard:
             if text not in (b"little", b"big"):
                 raise FormatError(f"{where}: byteorder is {text[:20]!r}, not little or big")
             self.big_endian = text == b"big"
-        data = memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
+        return prefix, memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
+
+    def _zip(
+        self, storages: dict[str, StorageRef], budget: ParseBudget
+    ) -> tuple[object, int, dict[str, int]]:
+        where = self.where
+        members = read_zip(self.raw, where)
+        prefix, data = self.archive_pickle(members, budget)
         root, end = interpret(
             data, 0, f"{where}: data.pkl", storages, budget=budget, **self._mode()
         )

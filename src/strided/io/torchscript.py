@@ -56,7 +56,7 @@ from ._pickle import interpret
 from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS
 from ._torchscript_code import ClassDecl, CodeIndex
-from ._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
+from ._zip import DEFLATED, STORED, ZipMember, read_zip
 from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 
 __all__ = ["TORCHSCRIPT_GLOBALS", "is_torchscript", "open_torchscript"]
@@ -180,22 +180,10 @@ class _ScriptShard(_Shard):
             self.raw = map_file(file, size, path)
         self.big_endian = False
         members = read_zip(self.raw, path, methods=frozenset({STORED, DEFLATED}))
-        ends = (member.data_offset + member.compressed_size for member in members.values())
-        budget.grant(len(self.raw) - max(ends, default=0))
-        prefix = _archive_folder(list(members), path)
-        _check_stored(members, prefix, path)
-        pickle_member = members.get(prefix + "data.pkl")
-        if pickle_member is None:
-            raise FormatError(f"{path}: the archive has no {prefix}data.pkl")
-        order = members.get(prefix + "byteorder")
-        if order is not None:
-            text = bytes(stored_bytes(self.raw, order))
-            if text not in (b"little", b"big"):
-                raise FormatError(f"{path}: byteorder is {text[:20]!r}, not little or big")
-            self.big_endian = text == b"big"
+        _check_stored(members, _archive_folder(list(members), path), path)
+        prefix, data = self.archive_pickle(members, budget)
         storages: dict[str, StorageRef] = {}
         imports: dict[tuple[str, str], None] = {}
-        data = memoryview(stored_bytes(self.raw, pickle_member))  # type: ignore[arg-type]
         root, end = interpret(
             data,
             0,
