@@ -3,6 +3,7 @@ the lazy checkpoint, refused inputs, and ``strided merge``."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
+from strided._core.dtype import FLOAT_LAYOUTS, finite_range
 from strided._core.floats import round_exact
 from strided._kernels.exact_affine import TARGETS, weighted_sum
 from strided.cli import main
@@ -205,3 +207,84 @@ def test_bad_weights_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "not decimal text" in capsys.readouterr().err
     assert main(["merge", a, "--weights", "1", out]) == 2
     assert main(["merge", a, b, "--weights", "0.5,0.5", str(tmp_path / "out.npy")]) == 2
+
+
+# -- the top of the range: finiteness from the inputs, never from an overflowed sum -------
+
+
+@hs.composite
+def _near_top(draw: hs.DrawFn, dtype: st.DType, length: int) -> np.ndarray:
+    """Finite values of ``dtype`` near its largest finite value (a few ulps below it, half
+    of it), beside ordinary and tiny ones, either sign."""
+    top = np.array([float(finite_range(dtype)[1])]).astype(dtype.numpy)
+    ordinal = int(top.view(f"<u{dtype.itemsize}")[0])
+    values: list[float] = []
+    for _ in range(length):
+        kind = draw(hs.sampled_from(["top", "top", "half", "plain", "tiny", "zero"]))
+        if kind == "top":
+            bits = np.array([ordinal - draw(hs.integers(0, 3))], dtype=f"<u{dtype.itemsize}")
+            value = float(bits.view(dtype.numpy).astype(np.float64)[0])
+        elif kind == "half":
+            value = float(top.astype(np.float64)[0]) / 2
+        elif kind == "plain":
+            value = draw(hs.sampled_from([1.0, 1.5, 3.0, 0.5]))
+        elif kind == "tiny":
+            value = math.ldexp(1.0, FLOAT_LAYOUTS[dtype].emin - FLOAT_LAYOUTS[dtype].mantissa_bits)
+        else:
+            value = 0.0
+        values.append(-value if draw(hs.booleans()) else value)
+    return np.array(values).astype(dtype.numpy)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.data())
+def test_weighted_sums_near_the_largest_value_are_exact_or_range_errors(
+    data: hs.DataObject,
+) -> None:
+    """Sums whose F64 intermediates overflow (1e308 + 1e308 - 1e308) but whose exact
+    value is finite come out exactly; exact values past the target's range are
+    RangeError, never inf or NaN, against fractions.Fraction."""
+    dtype = data.draw(hs.sampled_from(TARGETS))
+    target = data.draw(hs.sampled_from(TARGETS))
+    count = data.draw(hs.integers(2, 4))
+    length = data.draw(hs.integers(1, 6))
+    runs = [data.draw(_near_top(dtype, length)) for _ in range(count)]
+    texts = ["1", "-1", "1", "0.5", "2", "0.3", "-0.7", "3", "1e-3"]
+    weights = [parse_weight(data.draw(hs.sampled_from(texts))) for _ in range(count)]
+    exact = [
+        sum((Fraction(float(run[i])) * w for run, w in zip(runs, weights, strict=True)), Fraction())
+        for i in range(length)
+    ]
+    try:
+        want = [round_exact(target, value) for value in exact]
+    except st.RangeError:
+        with pytest.raises(st.RangeError, match="overflows"):
+            weighted_sum(runs, [dtype] * count, weights, target)
+        return
+    got = weighted_sum(runs, [dtype] * count, weights, target).astype(np.float64)
+    assert np.array_equal(got.view(np.uint64), np.array(want).view(np.uint64))
+
+
+def test_f64_sums_past_the_top_are_exact_or_range_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = np.array([1e308, 1.0])
+    ones = [Fraction(1), Fraction(1), Fraction(-1)]
+    got = weighted_sum([big, big, big], [D.F64] * 3, ones, D.F64)
+    assert got.tolist() == [1e308, 1.0]
+    with pytest.raises(st.RangeError, match=r"element \[0\] overflows F64"):
+        weighted_sum([big, big], [D.F64] * 2, [Fraction(1), Fraction(1)], D.F64)
+    # An infinity in an input is that infinity, however the finite terms' F64 sum goes.
+    inf = np.array([-np.inf, 1.0])
+    got = weighted_sum([big, big, inf], [D.F64] * 3, [Fraction(1)] * 3, D.F64)
+    assert got[0] == -np.inf and got[1] == 3.0
+    a = _write(tmp_path / "a.safetensors", {"w": big})
+    b = _write(tmp_path / "b.safetensors", {"w": big})
+    with st.merge_linear([a, b, a], ["1", "1", "-1"]) as merged:
+        assert merged["w"].numpy().tolist() == [1e308, 1.0]
+    with st.merge_linear([a, b], ["1", "1"]) as merged, pytest.raises(st.RangeError):
+        merged["w"]
+    out = tmp_path / "out.safetensors"
+    assert main(["merge", a, b, "--weights", "1,1", str(out)]) == 1
+    assert "element [0] overflows F64" in capsys.readouterr().err
+    assert not out.exists()

@@ -568,3 +568,62 @@ def test_a_whole_pickled_model_merges_with_lenient(tmp_path: Path) -> None:
         assert out.read_bytes() == expected.read_bytes()
     with st.merge_lora(str(tmp_path / "whole.pt"), str(tmp_path / "ad"), lenient=True) as merged:
         assert sorted(merged) == ["layer.bias", "layer.weight"]
+
+
+# -- exact values past the range: RangeError, never inf, NaN or OverflowError -------------
+
+_EXTREME = [0.0, 1.0, -1.5, 3.0, 2.0**250, -(2.0**300), 1e300, 2.0**-250, -(2.0**-600), 5e-324]
+
+
+@settings(max_examples=200, deadline=None)
+@given(hs.data())
+def test_extreme_f64_factors_and_scales_round_exactly_or_are_range_errors(
+    data: hs.DataObject,
+) -> None:
+    """F64 factors past 2**+-200 and scales such as 1e300 (the Python-integer tier):
+    a finite exact value comes out correctly rounded, one past the target's range is a
+    RangeError naming the element, against fractions.Fraction."""
+    target = data.draw(hs.sampled_from(TARGETS))
+    rows, cols, rank = (data.draw(hs.integers(1, 3)) for _ in range(3))
+
+    def draw(shape: tuple[int, int]) -> np.ndarray:
+        picks = [data.draw(hs.sampled_from(_EXTREME)) for _ in range(shape[0] * shape[1])]
+        return np.array(picks, dtype=np.float64).reshape(shape)
+
+    weight, left, right = draw((rows, cols)), draw((rows, rank)), draw((rank, cols))
+    scale = data.draw(hs.sampled_from([1.0, 1e300, -1e300, 2.0**-900, 0.5]))
+    want = rounded(exact_update(weight, left, right, scale), target)
+    if want is None:
+        with pytest.raises(st.RangeError, match="overflows"):
+            low_rank_update(weight, D.F64, left, right, D.F64, scale, target)
+        return
+    got = low_rank_update(weight, D.F64, left, right, D.F64, scale, target)
+    assert same_bits(got, want)
+
+
+def test_merge_lora_past_the_range_is_a_range_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--scale 1e300 with F64 factors near 2**±250: out of range is a RangeError (API and
+    command, nothing written); in range is the exact value rounded once."""
+    weight = np.array([[1.0, -2.0], [0.5, 4.0]])
+    base_tensors = {"layer.weight": st.Tensor.from_numpy(weight)}
+    st.save_safetensors(str(tmp_path / "base.safetensors"), base_tensors)
+    a = np.array([[2.0**250, 1.0], [0.0, 2.0**-250]])
+    b = np.array([[1.0, 0.0], [0.0, 1.0]])
+    _plain_adapter(
+        tmp_path / "ad",
+        {"base_model.model.layer.lora_A.weight": a, "base_model.model.layer.lora_B.weight": b},
+        r=2, lora_alpha=2,
+    )  # fmt: skip
+    base, ad = str(tmp_path / "base.safetensors"), str(tmp_path / "ad")
+    with st.merge_lora(base, ad, 1e300) as merged, pytest.raises(st.RangeError, match="overflows"):
+        merged["layer.weight"]
+    out = tmp_path / "out.safetensors"
+    assert main(["merge-lora", base, ad, str(out), "--scale", "1e300"]) == 1
+    assert "overflows F64" in capsys.readouterr().err
+    assert not out.exists()
+    with st.merge_lora(base, ad, 2.0**-300) as merged:
+        got = merged["layer.weight"].numpy()
+    want = rounded(exact_update(weight, b, a, 2.0**-300), D.F64)
+    assert same_bits(got, want)

@@ -33,10 +33,12 @@ Three tiers, so that ordinary inputs cost a few passes and no input is ever roun
 
 Non-finite values: a NaN or infinite weight element stays as it is in ``W`` (the update
 is finite: callers refuse non-finite factors); in a weighted sum an element holding NaN
-or an infinity in any input is what IEEE arithmetic on the F64 values gives (NaN, or
-that infinity). A finite exact value that rounds past the target's largest finite value
-is a RangeError naming the element; an exact zero is ``+0.0``, and a non-zero value that
-rounds to zero keeps its sign.
+or an infinity in any input is what IEEE arithmetic gives on its weighted non-finite
+inputs (NaN, or that infinity). Every other element has a finite exact value, decided
+from the inputs, never from an F64 intermediate that overflowed: when it rounds past
+the target's largest finite value it is a RangeError naming the element (never an
+infinity, a NaN or an OverflowError); an exact zero is ``+0.0``, and a non-zero value
+that rounds to zero keeps its sign.
 """
 
 from __future__ import annotations
@@ -286,11 +288,15 @@ def _side(
 
 
 def _rational(value: Fraction, target: DType) -> float:
-    """``round_exact`` with overflow as infinity (reported by the caller, with an index)."""
+    """``round_exact`` with overflow as infinity (reported by the caller, with an index).
+
+    The infinity's sign comes from a comparison: ``float(value)`` of a value past F64's
+    range would raise OverflowError.
+    """
     try:
         return round_exact(target, value)
     except RangeError:
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
 
 
 # -- W + s * (L @ R) --------------------------------------------------------------------
@@ -328,8 +334,9 @@ def low_rank_update(
     # with gamma_(r+1), |s| and the slack folded in.
     rank = lefts.shape[1]
     factor = gamma(rank + 1) * abs(scale) * _SLACK
-    row_bound = np.abs(lefts).max(axis=1, initial=0.0) * factor
-    column_sums = np.abs(rights).sum(axis=0)
+    with np.errstate(all="ignore"):  # an infinite bound only sends elements to the exact tier
+        row_bound = np.abs(lefts).max(axis=1, initial=0.0) * factor
+        column_sums = np.abs(rights).sum(axis=0)
     tiny = 4.0 * (rank + 2) * max(abs(scale), 1.0) * _TINY
     # The product per group of rows, by NumPy's own loop rather than BLAS: with a rank
     # of 8 to 64 a threaded BLAS call spends more on handing work to its threads than on
@@ -341,7 +348,8 @@ def low_rank_update(
         last = min(first + group, rows)
         product = None
         if target is not DType.F64:
-            product = np.einsum("ik,kj->ij", lefts[first:last], rights, optimize=False)
+            with np.errstate(all="ignore"):  # overflow: not certified, computed exactly
+                product = np.einsum("ik,kj->ij", lefts[first:last], rights, optimize=False)
         for start in range(first, last, step):
             stop = min(start + step, last)
             block = _Block(
@@ -353,7 +361,8 @@ def low_rank_update(
                 target,
             )
             if product is not None:
-                bounds = (row_bound[start:stop, None] * column_sums) + tiny
+                with np.errstate(all="ignore"):
+                    bounds = (row_bound[start:stop, None] * column_sums) + tiny
                 block.fast(product[start - first : stop - first], bounds)
             out[start:stop] = block.finish(offset + start * width, shape or (rows, width))
     return out
@@ -528,13 +537,16 @@ def _weighted_block(
     with np.errstate(all="ignore"):
         approx = np.zeros(block[0].size)
         magnitude = np.zeros(block[0].size)
+        # Finiteness from the inputs themselves: F64 sums near the top of the range
+        # overflow although the exact value (1e308 + 1e308 - 1e308) is finite.
+        finite = np.ones(block[0].size, dtype=bool)
         for values, weight in zip(block, floats, strict=True):
             approx += weight * values
             magnitude += abs(weight) * np.abs(values)
-        finite = np.isfinite(magnitude)
+            finite &= np.isfinite(values)
         result = np.empty(approx.size, dtype=target.numpy)
-        if not finite.all():  # the IEEE values of elements holding NaN or infinity
-            result[~finite] = cast(approx[~finite], target.numpy)
+        if not finite.all():
+            result[~finite] = cast(_special(block, floats, ~finite), target.numpy)
         todo = finite
         if target is not DType.F64:
             # Each product and addition (and each weight's own F64 rounding) errs by at
@@ -551,6 +563,18 @@ def _weighted_block(
         _check_overflow(values, places, target, offset, shape)
         result[places] = round_to_float(values, target)
     return result
+
+
+def _special(block: list[np.ndarray], floats: list[float], where: np.ndarray) -> np.ndarray:
+    """The IEEE value of elements holding NaN or an infinity: the sum of the weighted
+    non-finite inputs alone (finite terms cannot change it, and summing them could
+    overflow into an infinity of the wrong sign or a NaN)."""
+    total = np.zeros(int(where.sum()))
+    with np.errstate(all="ignore"):
+        for values, weight in zip(block, floats, strict=True):
+            picked = values[where]
+            total += np.where(np.isfinite(picked), 0.0, weight * picked)
+    return total
 
 
 def _exact_weighted(
