@@ -333,6 +333,8 @@ def test_peft_gpt2_fan_in_fan_out(tmp_path: Path) -> None:
     reference = {k: v.detach() for k, v in wrapped.merge_and_unload().state_dict().items()}
     with st.merge_lora(str(tmp_path / "base.safetensors"), str(tmp_path / "adapter")) as merged:
         assert set(merged) == set(reference) - {"lm_head.weight"}
+        # The square attn.c_proj follows c_attn's (non-square, transposed) layout.
+        assert merged.layouts == {f"transformer.h.{i}.attn.c_proj": "Conv1D" for i in range(2)}
         changed = 0
         for name in merged:
             module = name.removesuffix(".weight")
@@ -627,3 +629,126 @@ def test_merge_lora_past_the_range_is_a_range_error(
         got = merged["layer.weight"].numpy()
     want = rounded(exact_update(weight, b, a, 2.0**-300), D.F64)
     assert same_bits(got, want)
+
+
+# -- layouts: nn.Linear (out, in) or GPT-2's Conv1D (in, out), decided per module ----------
+
+
+def _mixed_model(torch: Any) -> Any:
+    """A non-square and a square nn.Linear, a non-square and a square GPT-2 Conv1D, in
+    that order: PEFT wraps them in order, flips fan_in_fan_out per module, and saves the
+    last value (True)."""
+    conv1d = pytest.importorskip("transformers.pytorch_utils").Conv1D
+    nn = torch.nn
+
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wide = nn.Linear(6, 10)  # weight (10, 6)
+            self.square = nn.Linear(6, 6)
+            self.conv = conv1d(12, 6)  # weight (6, 12): (in, out)
+            self.sq_conv = conv1d(6, 6)
+
+    return Mixed()
+
+
+@pytest.mark.filterwarnings("ignore:fan_in_fan_out is set")  # PEFT flips it per module
+def test_peft_adapter_over_linear_and_conv1d_modules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The saved flag (True: the last module wrapped was a Conv1D) cannot say which
+    layout the square modules have: refused, naming both, until the caller states it;
+    then each module merges as PeftModel.from_pretrained(...).merge_and_unload() does,
+    but exactly."""
+    torch, peft, safetensors_torch = _peft()
+    torch.manual_seed(3)
+    model = _mixed_model(torch)
+    base = _save_base(safetensors_torch, model, tmp_path / "base.safetensors")
+    config = peft.LoraConfig(
+        r=2, lora_alpha=6, target_modules=["wide", "square", "conv", "sq_conv"]
+    )
+    wrapped = peft.get_peft_model(model, config)
+    _randomize(torch, wrapped)
+    wrapped.save_pretrained(str(tmp_path / "ad"))
+    saved = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
+    assert saved["fan_in_fan_out"] is True  # the last value PEFT set, not each module's
+    lora = {k: v.detach().numpy() for k, v in wrapped.state_dict().items()}
+    fresh = _mixed_model(torch)
+    fresh.load_state_dict(safetensors_torch.load_file(str(tmp_path / "base.safetensors")))
+    reloaded = peft.PeftModel.from_pretrained(fresh, str(tmp_path / "ad"))
+    reference = {k: v.detach().numpy() for k, v in reloaded.merge_and_unload().state_dict().items()}
+    base_path, ad = str(tmp_path / "base.safetensors"), str(tmp_path / "ad")
+
+    with pytest.raises(st.FormatError, match="square modules sq_conv, square is ambiguous"):
+        st.merge_lora(base_path, ad)
+    out = tmp_path / "out.safetensors"
+    assert main(["merge-lora", base_path, ad, str(out)]) == 1
+    assert "sq_conv, square is ambiguous" in capsys.readouterr().err
+    assert not out.exists()
+    # A statement the shapes contradict: conv's (6, 12) weight is not (12, 6).
+    with pytest.raises(st.FormatError, match=r"module 'conv'.*Linear-style"):
+        st.merge_lora(base_path, ad, fan_in_fan_out=["sq_conv"])
+
+    with st.merge_lora(base_path, ad, fan_in_fan_out=["conv", "sq_conv"]) as merged:
+        assert merged.layouts == {"sq_conv": "Conv1D", "square": "Linear"}
+        for module in ("wide", "square", "conv", "sq_conv"):
+            name = f"{module}.weight"
+            weight = base[name].numpy()
+            a = lora[f"base_model.model.{module}.lora_A.default.weight"]
+            b = lora[f"base_model.model.{module}.lora_B.default.weight"]
+            left, right = (a.T, b.T) if "conv" in module else (b, a)
+            exact = exact_update(weight, left, right, 3.0)
+            ours = merged[name].convert(D.F64).numpy()
+            assert same_bits(ours, rounded(exact, D.F32)), module
+            exact64 = np.array([[float(v) for v in row] for row in exact])
+            magnitude = 3.0 * (np.abs(left).astype(np.float64) @ np.abs(right))
+            _peft_bound(
+                ours, reference[name], exact64, exact64 - weight, magnitude, D.F32, 2
+            )  # fmt: skip
+        digests = {name: merged[name].digest() for name in merged}
+    args = ["--fan-in-fan-out", "conv", "--fan-in-fan-out", "sq_*"]
+    assert main(["merge-lora", base_path, ad, str(out), *args]) == 0
+    assert "square modules: Conv1D sq_conv; Linear square" in capsys.readouterr().err
+    written = st.load_safetensors(str(out))
+    assert {name: t.digest() for name, t in written.items()} == digests
+
+
+def _square_adapter(folder: Path, base: Path, **config: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(8)
+    weight = rng.standard_normal((3, 3)).astype(np.float32)
+    st.save_safetensors(str(base), {"layer.weight": st.Tensor.from_numpy(weight)})
+    tensors = _good_tensors()
+    tensors["base_model.model.layer.lora_A.weight"] = rng.standard_normal((2, 3)).astype(np.float32)
+    _plain_adapter(folder, tensors, **config)
+    return {"W": weight, **tensors}
+
+
+@pytest.mark.parametrize(
+    ("flag", "stated", "layout"),
+    [
+        (False, None, "Linear"),
+        (True, None, None),
+        (True, [], "Linear"),
+        (False, ["lay*"], "Conv1D"),
+    ],
+)
+def test_square_module_layout_follows_the_rule(
+    tmp_path: Path, flag: bool, stated: list[str] | None, layout: str | None
+) -> None:
+    """A lone square module: Linear under false; under true nothing shows its layout, so
+    it is ambiguous; a stated layout (an empty list: all Linear) decides."""
+    found = _square_adapter(tmp_path / "ad", tmp_path / "base.safetensors", fan_in_fan_out=flag)
+    args = (str(tmp_path / "base.safetensors"), str(tmp_path / "ad"))
+    if layout is None:
+        with pytest.raises(st.FormatError, match="square modules layer is ambiguous"):
+            st.merge_lora(*args, fan_in_fan_out=stated)
+        return
+    a, b = (
+        found["base_model.model.layer.lora_A.weight"],
+        found["base_model.model.layer.lora_B.weight"],
+    )
+    left, right = (a.T, b.T) if layout == "Conv1D" else (b, a)
+    with st.merge_lora(*args, fan_in_fan_out=stated) as merged:
+        assert merged.layouts == {"layer": layout}
+        want = rounded(exact_update(found["W"], left, right, 2.0), D.F32)
+        assert same_bits(merged["layer.weight"].convert(D.F64).numpy(), want)

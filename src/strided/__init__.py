@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._gguf_export import save_gguf
-    from .jobs._merge import merge_linear, merge_lora
+    from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
 
 __version__ = VERSION
 
@@ -63,6 +63,7 @@ __all__ = [
     "GGUFFile",
     "IndexingError",
     "LimitError",
+    "MergedCheckpoint",
     "PickleImport",
     "RangeError",
     "SafetensorsFile",
@@ -97,6 +98,7 @@ _HOMES = {
     "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
     "save_gguf": ".jobs._gguf_export",
+    "MergedCheckpoint": ".jobs._merge",
     "merge_linear": ".jobs._merge",
     "merge_lora": ".jobs._merge",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there

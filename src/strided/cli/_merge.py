@@ -8,6 +8,7 @@ atomic, deterministic, sharded on request, the same bytes for every ``--jobs``.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._core.dtype import DType
 from .._core.errors import DataError
@@ -20,16 +21,24 @@ from ._progress import Progress
 from ._text import one_line, safe
 from ._verify import CommandFailure
 
-__all__ = ["run_merge", "run_merge_lora"]
+__all__ = ["layouts_text", "run_merge", "run_merge_lora"]
 
 
 def run_merge_lora(args: argparse.Namespace) -> int:
     """Merge ADAPTER into BASE and write OUT; see ``strided merge-lora --help``."""
     _check_destination(args.dst, args.max_shard_size)
     try:
-        merged = merge_lora(args.path, args.adapter, args.scale, lenient=args.lenient)
+        merged = merge_lora(
+            args.path,
+            args.adapter,
+            args.scale,
+            fan_in_fan_out=args.fan_in_fan_out,
+            lenient=args.lenient,
+        )
     except DataError as error:
         raise CommandFailure(_line([args.path, args.adapter], error)) from None
+    if merged.layouts:
+        print(f"merge-lora: {layouts_text(merged.layouts)}", file=sys.stderr)
     with merged:
         changed = _write(args, merged)
     print(
@@ -60,6 +69,15 @@ def run_merge(args: argparse.Namespace) -> int:
         _write(args, merged)
     print(f"{len(inputs)} checkpoints -> {safe(args.dst)}: {len(merged)} tensors")
     return 0
+
+
+def layouts_text(layouts: dict[str, str]) -> str:
+    """The layout of each square module, grouped: ``square modules: Conv1D a, b; Linear c``."""
+    groups: dict[str, list[str]] = {}
+    for module, layout in layouts.items():
+        groups.setdefault(layout, []).append(safe(module))
+    parts = [f"{layout} {', '.join(names)}" for layout, names in sorted(groups.items())]
+    return f"square modules: {'; '.join(parts)}"
 
 
 def _check_destination(dst: str, shard_size: int | None) -> None:

@@ -41,6 +41,8 @@ def add_merges(
         "+ adapter_model.safetensors or .bin, read as data). Each merged element is\n"
         "W + s * (B @ A) computed exactly and rounded once into W's dtype (or --dtype),\n"
         "s = lora_alpha / r (per module: rank_pattern, alpha_pattern; rslora) x --scale.\n"
+        "Each module's layout (nn.Linear or GPT-2's Conv1D) comes from its shapes; the\n"
+        "layout given to square modules is listed on stderr.\n"
         "Output is written atomically and is the same bytes for every --jobs; a bad\n"
         "adapter is refused before anything is written.",
         "strided merge-lora Llama-3.2-1B/ my-adapter/ merged/ --max-shard-size 5GB",
@@ -50,6 +52,15 @@ def add_merges(
     lora.add_argument("dst", metavar="OUT", help=_OUT)
     lora.add_argument(
         "--scale", type=_scale, default=1.0, metavar="S", help="multiply the adapter's s by S"
+    )
+    lora.add_argument(
+        "--fan-in-fan-out",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help="modules matching GLOB are Conv1D-style (weight (in, out)), every other one "
+        "Linear-style (repeatable); without it each module's shape decides, and square "
+        "ones follow fan_in_fan_out when that is unambiguous",
     )
     _common(lora, add_jobs, add_expanded, size)
     add_lenient(lora)

@@ -6,8 +6,10 @@ validates both against the base checkpoint, reading headers only, and returns on
 ``Recipe`` per base tensor that changes:
 
 * ``base_model.model.<m>.lora_A.weight`` ``(r, in)`` and ``.lora_B.weight`` ``(out, r)``:
-  ``<m>.weight`` (``(out, in)``) becomes ``W + s * (B @ A)``; with ``fan_in_fan_out``
-  (GPT-2's ``Conv1D``, weight ``(in, out)``) ``W + s * (B @ A).T``;
+  ``<m>.weight`` (``(out, in)``, ``nn.Linear``) becomes ``W + s * (B @ A)``; Conv1D-style
+  (GPT-2's ``Conv1D``, weight ``(in, out)``) ``W + s * (B @ A).T``. The layout is decided
+  per module (``_layouts``): PEFT sets ``fan_in_fan_out`` per module while wrapping and
+  saves whichever value it set last, so the config's flag is only a hint;
 * ``base_model.model.<m>.lora_embedding_A`` ``(r, num)`` and ``lora_embedding_B``
   ``(dim, r)``: the embedding ``<m>.weight`` ``(num, dim)`` becomes
   ``W + s * (A.T @ B.T)``, as PEFT merges it;
@@ -25,6 +27,7 @@ caller's scale, exactly the number PEFT multiplies by.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import re
@@ -36,7 +39,7 @@ from .._kernels.exact_affine import TARGETS
 from .._kernels.strict_json import loads_strict
 from ._checkpoint import Checkpoint, TensorInfo
 
-__all__ = ["CONFIG_NAME", "Recipe", "read_adapter", "weights_file"]
+__all__ = ["CONFIG_NAME", "CONV1D", "LINEAR", "Adapter", "Recipe", "read_adapter", "weights_file"]
 
 CONFIG_NAME = "adapter_config.json"
 _WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -83,6 +86,29 @@ class Recipe(NamedTuple):
     a_name: str
     b_name: str
     scale: float
+
+
+LINEAR = "Linear"  # weight (out, in): W + s * (B @ A)
+CONV1D = "Conv1D"  # weight (in, out), GPT-2's Conv1D: W + s * (B @ A).T
+
+
+class Adapter(NamedTuple):
+    """What ``read_adapter`` found: the recipes by base tensor name (in the base's
+    order), and the layout each square module was merged in (``LINEAR`` or ``CONV1D``,
+    by module name, sorted)."""
+
+    recipes: dict[str, Recipe]
+    layouts: dict[str, str]
+
+
+class _Pending(NamedTuple):
+    """A linear LoRA module whose layout is decided once every module is known."""
+
+    module: str
+    a: TensorInfo
+    b: TensorInfo
+    scale: float
+    weight: tuple[int, ...]  # the base weight's shape
 
 
 class _Config(NamedTuple):
@@ -271,20 +297,31 @@ def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
 
 
 def read_adapter(
-    folder: str, adapter: Checkpoint, base: Checkpoint, scale: float
-) -> dict[str, Recipe]:
+    folder: str,
+    adapter: Checkpoint,
+    base: Checkpoint,
+    scale: float,
+    fan_in_fan_out: tuple[str, ...] | None = None,
+) -> Adapter:
     """Recipes by base tensor name for the adapter at ``folder`` (its weights opened as
-    ``adapter``) against ``base``, in the base's tensor order. Headers only.
+    ``adapter``) against ``base``, in the base's tensor order, and the layout of each
+    square module. Headers only.
+
+    ``fan_in_fan_out``: globs of the modules the caller states are Conv1D-style (every
+    other module is then Linear-style); None lets the shapes and the config decide
+    (``_layouts``).
 
     FormatError naming the tensor or module for an adapter tensor outside
     ``base_model.model.``, a module without its A or B, a target with no base tensor,
-    shapes that do not agree, ``r`` not equal to A's first dim, Conv adapters or DoRA
-    magnitudes; DTypeError for factors or base tensors that are not F16/BF16/F32/F64 or
-    A and B of different dtypes.
+    shapes that do not agree (with the stated layout, when there is one), square
+    modules whose layout is ambiguous (all of them named), ``r`` not equal to A's first
+    dim, Conv adapters or DoRA magnitudes; DTypeError for factors or base tensors that
+    are not F16/BF16/F32/F64 or A and B of different dtypes.
     """
     config = read_config(folder)
     modules: dict[str, dict[str, TensorInfo]] = {}
     recipes: dict[str, Recipe] = {}
+    pending: list[_Pending] = []
     where = adapter.path
     for name in adapter:
         if not name.startswith(_PREFIX):
@@ -303,8 +340,92 @@ def read_adapter(
                 )
             _replacement(where, name, rest, config, adapter, base, recipes)
     for module, parts in modules.items():
-        _module(where, module, parts, config, base, scale, recipes)
-    return {name: recipes[name] for name in base if name in recipes}
+        _module(where, module, parts, config, base, scale, recipes, pending)
+    layouts = _layouts(where, pending, config.fan_in_fan_out, fan_in_fan_out, base)
+    for item in pending:
+        kind = "transposed" if layouts[item.module] == CONV1D else "linear"
+        _add(
+            where,
+            recipes,
+            Recipe(f"{item.module}.weight", kind, item.a.name, item.b.name, item.scale),
+        )
+    square = {item.module for item in pending if item.a.shape[1] == item.b.shape[0]}
+    return Adapter(
+        {name: recipes[name] for name in base if name in recipes},
+        {module: layouts[module] for module in sorted(square)},
+    )
+
+
+def _layouts(
+    where: str,
+    pending: list[_Pending],
+    flag: bool,
+    stated: tuple[str, ...] | None,
+    base: Checkpoint,
+) -> dict[str, str]:
+    """The layout of every linear module.
+
+    A Linear weight is ``(out, in)`` and a Conv1D one ``(in, out)``, with ``out`` B's
+    first dim and ``in`` A's second. Stated globs decide every module (a shape that
+    contradicts the statement is a FormatError). Otherwise a non-square module takes
+    the layout its shape needs; a square one is Linear-style under
+    ``fan_in_fan_out: false``, and under ``true`` Conv1D-style when the non-square
+    modules show that layout and none shows the other (GPT-2: ``c_attn`` shows it, the
+    square ``attn.c_proj`` follows); otherwise it is ambiguous, and every ambiguous
+    module is named in one FormatError.
+    """
+    found: dict[str, str] = {}
+    square: list[str] = []
+    for item in pending:
+        out, inner = item.b.shape[0], item.a.shape[1]
+        fits = [
+            layout
+            for layout, shape in ((LINEAR, (out, inner)), (CONV1D, (inner, out)))
+            if item.weight == shape
+        ]
+        if stated is not None:
+            layout = CONV1D if any(fnmatch.fnmatchcase(item.module, g) for g in stated) else LINEAR
+            if layout not in fits:
+                raise _mismatch(where, item, base, layout, "as fan_in_fan_out states")
+            found[item.module] = layout
+        elif not fits:
+            raise _mismatch(where, item, base, LINEAR, "")
+        elif out != inner:
+            found[item.module] = fits[0]
+        else:
+            square.append(item.module)
+    shown = {found[item.module] for item in pending if item.module in found}
+    if not flag:
+        found.update((module, LINEAR) for module in square)
+    elif shown == {CONV1D}:
+        found.update((module, CONV1D) for module in square)
+    elif square:
+        evidence = (
+            "no non-square target shows the layout"
+            if not shown
+            else "non-square targets show both layouts"
+        )
+        raise FormatError(
+            f"{where}: adapter_config.json says fan_in_fan_out true, but PEFT saves only the "
+            f"value it set last and {evidence}: the layout of the square modules "
+            f"{', '.join(sorted(square))} is ambiguous; state it with --fan-in-fan-out GLOB "
+            "(Python fan_in_fan_out=[globs]) naming the Conv1D-style modules"
+        )
+    return found
+
+
+def _mismatch(where: str, item: _Pending, base: Checkpoint, layout: str, why: str) -> FormatError:
+    """The shapes of a module fit no layout (or not the stated one)."""
+    out, inner = item.b.shape[0], item.a.shape[1]
+    if why:
+        shape = [inner, out] if layout == CONV1D else [out, inner]
+        given = f"shape {shape} ({layout}-style, {why})"
+    else:
+        given = f"shape {[out, inner]} (Linear-style) or {[inner, out]} (Conv1D-style)"
+    return FormatError(
+        f"{where}: module {item.module!r}: the LoRA weights give {given}, the base "
+        f"{base.path}'s {item.module + '.weight'!r} is {list(item.weight)}"
+    )
 
 
 def _replacement(
@@ -348,8 +469,10 @@ def _module(
     base: Checkpoint,
     scale: float,
     recipes: dict[str, Recipe],
+    pending: list[_Pending],
 ) -> None:
-    """The recipes of one LoRA module (its weight, and its bias with ``lora_bias``)."""
+    """The recipes of one LoRA module (its weight, and its bias with ``lora_bias``); a
+    linear module's weight waits in ``pending`` for its layout."""
     if len(module) > _NAME_CHARS:  # matched against patterns below: bounded first
         raise LimitError(f"{where}: module name of {len(module)} characters")
     embedding = "embedding A" in parts or "embedding B" in parts
@@ -382,12 +505,13 @@ def _module(
     s = float(factor_scale) * scale
     if not math.isfinite(s):
         raise FormatError(f"{where}: module {module!r}: the scale {s!r} is not finite")
-    transposed = embedding or config.fan_in_fan_out
-    expected = (a.shape[1], b.shape[0]) if transposed else (b.shape[0], a.shape[1])
     target = f"{module}.weight"
-    _base_float(where, base, target, module, expected)
-    kind = "transposed" if transposed else "linear"
-    _add(where, recipes, Recipe(target, kind, a.name, b.name, s))
+    if embedding:
+        _base_float(where, base, target, module, (a.shape[1], b.shape[0]))
+        _add(where, recipes, Recipe(target, "transposed", a.name, b.name, s))
+    else:
+        _base_float(where, base, target, module, None)
+        pending.append(_Pending(module, a, b, s, tuple(base.info(target).shape)))
     bias = parts.get("bias")
     if bias is not None:
         if not config.lora_bias:
@@ -403,15 +527,21 @@ def _base_float(
     base: Checkpoint,
     target: str,
     module: str,
-    shape: tuple[int, ...],
+    shape: tuple[int, ...] | None,
 ) -> None:
+    """The base has ``target``, a float tensor of ``shape`` (any 2-D one for None)."""
     if target not in base:
         raise FormatError(
             f"{where}: module {module!r} has LoRA weights but the base {base.path} has no "
             f"tensor {target!r}"
         )
     info = base.info(target)
-    if tuple(info.shape) != shape:
+    if shape is None and len(info.shape) != 2:
+        raise FormatError(
+            f"{where}: module {module!r} has linear LoRA weights, but the base's {target!r} "
+            f"has shape {list(info.shape)}, not a 2-D weight"
+        )
+    if shape is not None and tuple(info.shape) != shape:
         raise FormatError(
             f"{where}: module {module!r}: the LoRA weights give shape {list(shape)}, the "
             f"base's {target!r} is {list(info.shape)}"

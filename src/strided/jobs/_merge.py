@@ -39,7 +39,14 @@ from ._lora import Recipe, read_adapter, weights_file
 from ._pool import JobError, opened, where
 from ._values import Source
 
-__all__ = ["merge_items", "merge_linear", "merge_lora", "parse_weight", "sources_of"]
+__all__ = [
+    "MergedCheckpoint",
+    "merge_items",
+    "merge_linear",
+    "merge_lora",
+    "parse_weight",
+    "sources_of",
+]
 
 _TASK_BYTES = 1 << 22  # output bytes per task: a few bounded blocks of the kernel
 _MAX_DENOMINATOR = 1 << 64  # weights' common denominator (exact path: chunks of 26 bits)
@@ -96,14 +103,34 @@ class _MergeReader:
 # -- LoRA -----------------------------------------------------------------------------------
 
 
+class MergedCheckpoint(Checkpoint):
+    """The lazy ``Checkpoint`` that ``merge_lora`` and ``merge_linear`` return.
+
+    A ``Checkpoint`` in every respect (``format`` is ``"merged"``), plus ``layouts``.
+    """
+
+    __slots__ = ("_layouts",)
+    _layouts: dict[str, str]
+
+    @property
+    def layouts(self) -> dict[str, str]:
+        """A fresh dict: the layout each square LoRA module was merged in, by module name
+        (sorted): ``"Linear"`` (weight ``(out, in)``: ``W + s * (B @ A)``) or
+        ``"Conv1D"`` (GPT-2's ``Conv1D``, weight ``(in, out)``: ``W + s * (B @ A).T``).
+        Square modules are the ones whose shapes cannot tell; ``{}`` for
+        ``merge_linear``."""
+        return dict(self._layouts)
+
+
 @guard_function
 def merge_lora(
     base: str | os.PathLike[str] | Checkpoint,
     adapter: str | os.PathLike[str],
     scale: float = 1.0,
     *,
+    fan_in_fan_out: Sequence[str] | None = None,
     lenient: bool = False,
-) -> Checkpoint:
+) -> MergedCheckpoint:
     """A PEFT LoRA adapter merged into its base checkpoint, as a lazy ``Checkpoint``.
 
     ``base`` is a path (opened here, closed with the result) or an open ``Checkpoint``
@@ -114,7 +141,7 @@ def merge_lora(
 
     The result has the base's names, shapes, dtypes and metadata, with ``format``
     ``"merged"`` and the base's ``path``. Reading a tensor that the adapter changes
-    computes it: ``W + s * (B @ A)`` (transposed for ``fan_in_fan_out``; ``W + s *
+    computes it: ``W + s * (B @ A)`` (transposed for a Conv1D-style module; ``W + s *
     (A.T @ B.T)`` for embeddings; ``bias + s * b`` with ``lora_bias``), each element the
     exact real value of the stored numbers rounded once into W's dtype, where ``s`` is
     the Python float ``alpha / r`` (``alpha / math.sqrt(r)`` with ``use_rslora``), per
@@ -123,14 +150,31 @@ def merge_lora(
     dtype. Other tensors are the base's own (zero-copy where the base is). Non-finite
     weight elements stay as they are.
 
+    Layouts: PEFT saves ``fan_in_fan_out`` as it last set it while wrapping modules, so
+    each module's layout comes from its shapes. A weight of shape ``(out, in)`` (B's
+    first dim, A's second) is ``nn.Linear``-style, ``(in, out)`` Conv1D-style. A square
+    module (``out == in``) is Linear-style under ``fan_in_fan_out: false``; under
+    ``true``, Conv1D-style when the non-square modules are all Conv1D-style (GPT-2),
+    else ambiguous: a FormatError naming every ambiguous module, unless
+    ``fan_in_fan_out`` (a list of globs, ``fnmatch`` style) states the layout: matching
+    modules are Conv1D-style, every other module Linear-style. The result's
+    ``layouts`` tells which layout each square module got.
+
     Everything about the adapter is checked before this returns, from headers:
     FormatError naming the module or tensor for a module with no base weight, shapes
     that disagree, ``r`` unlike A's first dim, DoRA and other variants, Conv adapters, a
     config that does not parse; DTypeError for weights that are not F16/BF16/F32/F64
     or A and B of different dtypes. Reading a tensor may raise FormatError (a NaN or
     infinity in A, B or b) or RangeError (a merged element past the dtype's largest
-    finite value), naming the tensor and the element. OSError for paths that cannot be
+    finite value: an exact value past the range is never inf, NaN or another
+    exception), naming the tensor and the element. OSError for paths that cannot be
     opened. ``scale`` must be a finite float.
+
+    Example::
+
+        merged = st.merge_lora("gpt2.safetensors", "adapter/", fan_in_fan_out=["*.c_*"])
+        merged.layouts  # {'h.0.attn.c_proj': 'Conv1D', ...}
+        weight = merged["h.0.attn.c_attn.weight"]  # computed now
 
     ``lenient=True`` opens a base path leniently (a whole pickled model gives its
     ``state_dict()`` tensors; nothing in it is run) and has worker processes reopen it
@@ -139,6 +183,7 @@ def merge_lora(
     """
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise FormatError(f"merge_lora: scale must be a finite number, found {scale!r}")
+    globs = _globs(fan_in_fan_out)
     folder = os.fspath(adapter)
     if not isinstance(folder, str):
         raise FormatError(f"merge_lora: the adapter must be a folder path, found {folder!r}")
@@ -156,21 +201,34 @@ def merge_lora(
             )
         weights = open_checkpoint(weights_file(folder))
         owned.append(weights)
-        recipes = read_adapter(folder, weights, opened_base, float(scale))
+        found = read_adapter(folder, weights, opened_base, float(scale), globs)
         paths = (where(opened_base.path, lenient), where(weights.path))
-        merge = _Merge("lora", paths, recipes, ())
+        merge = _Merge("lora", paths, found.recipes, ())
         reader = _MergeReader(merge, (opened_base, weights), tuple(owned))
-        return _checkpoint(opened_base, reader)
+        return _checkpoint(opened_base, reader, found.layouts)
     except BaseException:
         for checkpoint in owned:
             checkpoint.close()
         raise
 
 
-def _checkpoint(first: Checkpoint, reader: _MergeReader) -> Checkpoint:
+def _globs(value: object) -> tuple[str, ...] | None:
+    """``fan_in_fan_out`` as a tuple of globs (one text is one glob), or None."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(g, str) for g in items):
+        raise FormatError(f"merge_lora: fan_in_fan_out must be a list of globs, found {value!r}")
+    return tuple(items)
+
+
+def _checkpoint(
+    first: Checkpoint, reader: _MergeReader, layouts: dict[str, str] | None = None
+) -> MergedCheckpoint:
     infos = {name: first.info(name) for name in first}
-    merged = Checkpoint(first.path, "merged", reader, infos, first._metadata)
+    merged = MergedCheckpoint(first.path, "merged", reader, infos, first._metadata)
     merged._float32_keys = first._float32_keys
+    merged._layouts = dict(layouts or {})
     return merged
 
 
@@ -292,7 +350,7 @@ def merge_linear(
     weights: Sequence[object],
     *,
     lenient: bool = False,
-) -> Checkpoint:
+) -> MergedCheckpoint:
     """The weighted sum ``sum_i weights[i] * checkpoints[i]``, as a lazy ``Checkpoint``.
 
     Each checkpoint is a path (opened here, closed with the result) or an open
