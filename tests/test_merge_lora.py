@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
@@ -449,7 +449,8 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], error: type, te
         ({"config": {"r": 3}}, st.FormatError, "r is 3"),
         ({"config": {"r": "2"}}, st.FormatError, "r must be"),
         ({"config": {"peft_type": "IA3"}}, st.FormatError, "not LORA"),
-        ({"config": {"rank_pattern": {"(a+)+": 2}}}, st.LimitError, "repeats"),
+        ({"config": {"rank_pattern": {r"(a)\1": 2}}}, st.FormatError, "refused"),
+        ({"config": {"alpha_pattern": {"x" * 257: 2}}}, st.LimitError, "longer than 256"),
         ({"dtype_b": np.float16}, st.DTypeError, "is F32 but"),
         ({"json": b'{"r": 2, "r": 2}'}, st.FormatError, "appears more than once"),
         ({"json": b"{not json"}, st.FormatError, "invalid JSON"),
@@ -752,3 +753,107 @@ def test_square_module_layout_follows_the_rule(
         assert merged.layouts == {"layer": layout}
         want = rounded(exact_update(found["W"], left, right, 2.0), D.F32)
         assert same_bits(merged["layer.weight"].convert(D.F64).numpy(), want)
+
+
+# -- pattern keys: matched as PEFT matches them, in time linear in the name ----------------
+
+_NAME_PARTS = ["model", "layers", "0", "1", "12", "self_attn", "q_proj", "v_proj", "mlp", "a"]
+_KEY_PARTS = [
+    "q_proj", "v_proj", "layers", "self_attn", "mlp", "0", "1", "a", "_", r"\.", ".", r"\d",
+    "[0-9]", "[^.]", "+", "*", "?", "{1,2}", "{2}", "(", ")", "(?:", "|", ".*", "^", "$",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    hs.lists(hs.sampled_from(_NAME_PARTS), min_size=1, max_size=6),
+    hs.lists(hs.sampled_from(_KEY_PARTS), min_size=1, max_size=7),
+)
+def test_pattern_keys_match_as_peft_matches_them(
+    name_parts: list[str], key_parts: list[str]
+) -> None:
+    """Plain module paths and simple regular expressions: strided's automaton agrees
+    with PEFT's own get_pattern_key (re.match(rf"(.*\\.)?({key})$", name))."""
+    get_pattern_key = pytest.importorskip("peft.utils.other").get_pattern_key
+    from strided.jobs._lora_pattern import KeyPattern
+
+    name, key = ".".join(name_parts), "".join(key_parts)
+    try:
+        re.compile(rf"(.*\.)?({key})$")
+    except re.error:
+        return  # not a key PEFT accepts
+    assume(key != name)  # get_pattern_key returns the name itself when nothing matches
+    peft_says = get_pattern_key([key], name) == key
+    if re.search(r"[*+?}]\+", key):  # possessive quantifiers: refused, not matched
+        with pytest.raises(st.FormatError, match=r"possessive .*\(refused\)"):
+            KeyPattern(key, "test")
+        return
+    assert KeyPattern(key, "test").matches(name) == peft_says, (key, name)
+
+
+def test_pattern_keys_peft_accepts_are_matched_in_order() -> None:
+    from strided.jobs._lora_pattern import KeyPattern
+
+    get_pattern_key = pytest.importorskip("peft.utils.other").get_pattern_key
+    keys = [
+        "q_proj", "body.v_proj", r"layers\.0\..*", r"layers\.\d+\.self_attn\.(q|k)_proj",
+        r"model\.layers\.(1[0-5]|[0-9])\.mlp", "^mlp$", r"\Amlp\Z", "a)|(b", r"[\]a-]+",
+        r"x{,2}", r"x{}", r"\x71_proj", r"(?P<part>self_attn)\.v_proj", "(a|aa)*c",
+    ]  # fmt: skip
+    names = [
+        "q_proj", "model.q_proj", "body.v_proj", "xbody.v_proj", "layers.0.q_proj",
+        "model.layers.7.self_attn.k_proj", "model.layers.12.mlp", "model.layers.16.mlp",
+        "mlp", "a.mlp", "mlp\n", "aa", "a]-", "x{}", "xx", "self_attn.v_proj", "aac",
+    ]  # fmt: skip
+    compiled = [KeyPattern(key, "test") for key in keys]
+    for name in names:
+        first = next((p.key for p in compiled if p.matches(name)), name)
+        assert first == get_pattern_key(keys, name), name
+
+
+_HOSTILE_CHILD = """
+import sys
+import strided as st
+try:
+    with st.merge_lora(sys.argv[1], sys.argv[2]) as merged:
+        merged[sys.argv[3]]
+    print("merged")
+except st.DataError as error:
+    print(type(error).__name__ + ": " + str(error))
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "outcome"),
+    [
+        ("rank_pattern", {"a{0,999}" * 28: 2}, "FormatError: .* of more than 2000 states .*"),
+        ("rank_pattern", {r"(\w+)\1x": 2}, r"FormatError: .*escape '\\\\1'.* \(refused\)"),
+        ("rank_pattern", {"(a|aa)*c": 5, "(a{0,9}){0,9}b": 2}, "merged"),
+        ("alpha_pattern", {"((a|a)+)+c": 3}, "merged"),
+        ("target_modules", "(a|aa)*c" + "a{0,999}" * 28, "merged"),
+    ],
+)
+def test_hostile_pattern_keys_are_refused_or_matched_linearly(
+    tmp_path: Path, field: str, value: Any, outcome: str
+) -> None:
+    """Keys that make Python's re backtrack for ages on the module name a...ab: refused
+    before matching, or matched by the automaton (the module then takes the key's r when
+    it matches: here the last key does); target_modules is never matched. In a child."""
+    module = "a" * 40 + "b"
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((3, 4)).astype(np.float32)
+    st.save_safetensors(
+        str(tmp_path / "base.safetensors"), {f"{module}.weight": st.Tensor.from_numpy(weight)}
+    )
+    tensors = {
+        f"base_model.model.{module}.lora_A.weight": rng.standard_normal((2, 4)).astype(np.float32),
+        f"base_model.model.{module}.lora_B.weight": rng.standard_normal((3, 2)).astype(np.float32),
+    }
+    _plain_adapter(tmp_path / "ad", tensors, **{field: value})
+    found = subprocess.run(
+        [sys.executable, "-c", _HOSTILE_CHILD, str(tmp_path / "base.safetensors"),
+         str(tmp_path / "ad"), f"{module}.weight"],
+        capture_output=True, text=True, timeout=300, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert re.fullmatch(outcome, found.stdout.strip()), found.stdout

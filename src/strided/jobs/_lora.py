@@ -20,7 +20,9 @@ validates both against the base checkpoint, reading headers only, and returns on
 
 Per module, ``r`` and ``alpha`` are the ``rank_pattern`` / ``alpha_pattern`` values of the
 first key (in the file's order) that matches the module name as PEFT matches it
-(``re.match(rf"(.*\\.)?({key})$", module)``), else ``r`` / ``lora_alpha``; ``s`` is the
+(``re.match(rf"(.*\\.)?({key})$", module)``, by ``_lora_pattern``'s automaton, in time
+linear in the name), else ``r`` / ``lora_alpha``; ``target_modules`` is never matched (the
+adapter's tensors name the modules it changes); ``s`` is the
 Python float ``alpha / r`` (``alpha / math.sqrt(r)`` with ``use_rslora``) times the
 caller's scale, exactly the number PEFT multiplies by.
 """
@@ -30,7 +32,6 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-import re
 from typing import Any, NamedTuple
 
 from .._core.dtype import DType
@@ -38,6 +39,7 @@ from .._core.errors import DTypeError, FormatError, LimitError
 from .._kernels.exact_affine import TARGETS
 from .._kernels.strict_json import loads_strict
 from ._checkpoint import Checkpoint, TensorInfo
+from ._lora_pattern import KeyPattern
 
 __all__ = ["CONFIG_NAME", "CONV1D", "LINEAR", "Adapter", "Recipe", "read_adapter", "weights_file"]
 
@@ -45,7 +47,6 @@ CONFIG_NAME = "adapter_config.json"
 _WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 _PREFIX = "base_model.model."
 _CONFIG_BYTES = 1 << 24  # a LoRA config is a few KB; anything near this is not one
-_PATTERN_CHARS = 256
 _NAME_CHARS = 1024  # module names matched against patterns (real ones are ~100)
 _DEPTH = 16
 
@@ -114,8 +115,8 @@ class _Pending(NamedTuple):
 class _Config(NamedTuple):
     r: int
     alpha: float | int
-    rank_pattern: dict[str, int]
-    alpha_pattern: dict[str, float | int]
+    rank_pattern: list[tuple[KeyPattern, int]]
+    alpha_pattern: list[tuple[KeyPattern, float | int]]
     rslora: bool
     fan_in_fan_out: bool
     lora_bias: bool
@@ -146,7 +147,9 @@ def read_config(folder: str) -> _Config:
 
     FormatError naming the file and the field for malformed JSON, a wrong type or value,
     another PEFT method, or a LoRA variant whose merge differs (DoRA ``use_dora``, ...);
-    LimitError for an oversized file or a pattern key too long to match safely.
+    pattern keys PEFT's matcher would backtrack on and strided's automaton cannot take
+    (back-references, look-arounds, more than ``MAX_PATTERN_STATES`` states, ...);
+    LimitError for an oversized file or a pattern key longer than ``MAX_PATTERN_CHARS``.
     """
     path = os.path.join(folder, CONFIG_NAME)
     with open(path, "rb") as handle:
@@ -221,66 +224,14 @@ class _Fields:
             return value
         raise self.fail(name, "a finite number", value)
 
-    def patterns(self, name: str, check: Any) -> dict[str, Any]:
+    def patterns(self, name: str, check: Any) -> list[tuple[KeyPattern, Any]]:
+        """The keys of a pattern field compiled for linear-time matching, in order."""
         found = self.get(name, dict, None) or {}
+        compiled = []
         for key, value in found.items():
             check(f"{name}[{key!r}]", value)
-            _check_pattern(self.path, name, key)
-        return dict(found)
-
-
-def _check_pattern(path: str, name: str, key: str) -> None:
-    """A pattern key PEFT would use as a regular expression, checked to match in time.
-
-    Keys are regular expressions (``layers\\.0\\..*``); plain module names are the usual
-    case. A key that does not compile is a FormatError; a key longer than 256 characters,
-    or one that could backtrack badly (a quantified group holding a quantifier or an
-    alternative, more than one unbounded repetition), is a LimitError.
-    """
-    where = f"{path}: {name} key {_short(key)}"
-    if len(key) > _PATTERN_CHARS:
-        raise LimitError(f"{where}: longer than {_PATTERN_CHARS} characters")
-    try:
-        re.compile(rf"(.*\.)?({key})$")
-    except (re.error, RecursionError, OverflowError) as error:
-        raise FormatError(f"{where}: not a regular expression ({error})") from None
-    unbounded = 0
-    groups: list[bool] = []  # per open group: holds a repetition or an alternative
-    closed = False  # the previous token closed a group that held one
-    index = 0
-    while index < len(key):
-        char = key[index]
-        if char == "\\":
-            index += 2
-            closed = False
-            continue
-        if char == "[":
-            end = key.find("]", index + 2 if key[index + 1 : index + 2] == "]" else index + 1)
-            index = len(key) if end < 0 else end + 1
-            closed = False
-            continue
-        if char in "*+?{":
-            if char in "*+" or (char == "{" and re.match(r"\{\d*,\}", key[index:])):
-                unbounded += 1
-            if closed:
-                raise LimitError(f"{where}: a repeated group that itself repeats (slow to match)")
-            if groups:
-                groups[-1] = True
-        elif char == "(":
-            groups.append(False)
-        elif char == ")" and groups:
-            inner = groups.pop()
-            closed = inner
-            if inner and groups:
-                groups[-1] = True
-            index += 1
-            continue
-        elif char == "|" and groups:
-            groups[-1] = True
-        closed = False
-        index += 1
-    if unbounded > 1:
-        raise LimitError(f"{where}: more than one unbounded repetition (slow to match)")
+            compiled.append((KeyPattern(key, f"{self.path}: {name}"), value))
+        return compiled
 
 
 def _short(value: Any) -> str:
@@ -288,10 +239,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
-    """PEFT's ``get_pattern_key``: the first key (in order) matching the module name."""
-    for key, value in patterns.items():
-        if re.match(rf"(.*\.)?({key})$", module):
+def _pattern_value(patterns: list[tuple[KeyPattern, Any]], module: str, default: Any) -> Any:
+    """PEFT's ``get_pattern_key``: the value of the first key (in the file's order) that
+    matches the module name, in time linear in the name."""
+    for pattern, value in patterns:
+        if pattern.matches(module):
             return value
     return default
 
