@@ -857,3 +857,49 @@ def test_hostile_pattern_keys_are_refused_or_matched_linearly(
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )  # fmt: skip
     assert re.fullmatch(outcome, found.stdout.strip()), found.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "wide_shape", "expected"),
+    [
+        (True, (3, 5), "Conv1D"),  # GPT-2: the non-square module is Conv1D-style
+        (True, (5, 3), "the non-square modules are Linear-style"),
+        (False, (3, 5), "Linear"),  # false: square modules are Linear-style
+        (False, (5, 3), "Linear"),
+    ],
+)
+def test_square_module_follows_the_non_square_ones(
+    tmp_path: Path, flag: bool, wide_shape: tuple[int, int], expected: str
+) -> None:
+    """A non-square module (A (2, 3), B (5, 2)) takes the layout its base shape needs
+    whatever the flag says; the square one follows the rule."""
+    rng = np.random.default_rng(9)
+    base = {
+        "wide.weight": rng.standard_normal(wide_shape).astype(np.float32),
+        "sq.weight": rng.standard_normal((3, 3)).astype(np.float32),
+    }
+    st.save_safetensors(
+        str(tmp_path / "base.safetensors"), {k: st.Tensor.from_numpy(v) for k, v in base.items()}
+    )
+    tensors = {
+        "base_model.model.wide.lora_A.weight": rng.standard_normal((2, 3)).astype(np.float32),
+        "base_model.model.wide.lora_B.weight": rng.standard_normal((5, 2)).astype(np.float32),
+        "base_model.model.sq.lora_A.weight": rng.standard_normal((2, 3)).astype(np.float32),
+        "base_model.model.sq.lora_B.weight": rng.standard_normal((3, 2)).astype(np.float32),
+    }
+    _plain_adapter(tmp_path / "ad", tensors, fan_in_fan_out=flag)
+    args = (str(tmp_path / "base.safetensors"), str(tmp_path / "ad"))
+    if expected not in ("Linear", "Conv1D"):
+        text = f"{expected}: the layout of the square modules sq is ambiguous"
+        with pytest.raises(st.FormatError, match=text):
+            st.merge_lora(*args)
+        return
+    with st.merge_lora(*args) as merged:
+        assert merged.layouts == {"sq": expected}
+        for module, layout in (("wide", "Conv1D" if wide_shape == (3, 5) else "Linear"),
+                               ("sq", expected)):  # fmt: skip
+            a = tensors[f"base_model.model.{module}.lora_A.weight"]
+            b = tensors[f"base_model.model.{module}.lora_B.weight"]
+            left, right = (a.T, b.T) if layout == "Conv1D" else (b, a)
+            want = rounded(exact_update(base[f"{module}.weight"], left, right, 2.0), D.F32)
+            assert same_bits(merged[f"{module}.weight"].convert(D.F64).numpy(), want), module

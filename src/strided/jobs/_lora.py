@@ -352,11 +352,12 @@ def _layouts(
     elif shown == {CONV1D}:
         found.update((module, CONV1D) for module in square)
     elif square:
-        evidence = (
-            "no non-square target shows the layout"
-            if not shown
-            else "non-square targets show both layouts"
-        )
+        if not shown:
+            evidence = "no non-square module shows the layout"
+        elif shown == {LINEAR}:
+            evidence = "the non-square modules are Linear-style"
+        else:
+            evidence = "the non-square modules show both layouts"
         raise FormatError(
             f"{where}: adapter_config.json says fan_in_fan_out true, but PEFT saves only the "
             f"value it set last and {evidence}: the layout of the square modules "
