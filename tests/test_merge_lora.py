@@ -630,6 +630,11 @@ def test_merge_lora_past_the_range_is_a_range_error(
         got = merged["layer.weight"].numpy()
     want = rounded(exact_update(weight, b, a, 2.0**-300), D.F64)
     assert same_bits(got, want)
+    # s = alpha / r x S itself past F64 (2.0 x 1e308): refused when the adapter is read.
+    config = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
+    (tmp_path / "ad" / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": 4}))
+    with pytest.raises(st.RangeError, match=r"module 'layer': the scale s = 2\.0 .* overflows"):
+        st.merge_lora(base, ad, 1e308)
 
 
 # -- layouts: nn.Linear (out, in) or GPT-2's Conv1D (in, out), decided per module ----------

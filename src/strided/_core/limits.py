@@ -177,8 +177,12 @@ MAX_DCP_GRID_CELLS = 1 << 22
 MAX_REDIRECTS = 5
 MAX_MANIFEST_BYTES = 1 << 28  # a ``strided verify`` manifest
 
-# LoRA adapter configs: rank_pattern / alpha_pattern keys are regular expressions, matched
-# by strided's own automaton (linear in the name); real keys are short module paths.
+# LoRA adapters. A config is a few KB; anything near this is not one.
+MAX_ADAPTER_CONFIG_BYTES = 1 << 24
+MAX_ADAPTER_CONFIG_DEPTH = 16  # JSON nesting of adapter_config.json
+MAX_ADAPTER_MODULE_CHARS = 1024  # a module name matched against pattern keys (real: ~100)
+# rank_pattern / alpha_pattern keys are regular expressions, matched by strided's own
+# automaton (linear in the name); real keys are short module paths.
 MAX_PATTERN_CHARS = 256  # characters in one key
 MAX_PATTERN_STATES = 2000  # automaton states of one key, bounded repetitions unrolled
 MAX_PATTERN_DEPTH = 32  # groups nested inside each other in one key

@@ -35,7 +35,12 @@ import os
 from typing import Any, NamedTuple
 
 from .._core.dtype import DType
-from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.errors import DTypeError, FormatError, LimitError, RangeError
+from .._core.limits import (
+    MAX_ADAPTER_CONFIG_BYTES,
+    MAX_ADAPTER_CONFIG_DEPTH,
+    MAX_ADAPTER_MODULE_CHARS,
+)
 from .._kernels.exact_affine import TARGETS
 from .._kernels.strict_json import loads_strict
 from ._checkpoint import Checkpoint, TensorInfo
@@ -46,9 +51,6 @@ __all__ = ["CONFIG_NAME", "CONV1D", "LINEAR", "Adapter", "Recipe", "read_adapter
 CONFIG_NAME = "adapter_config.json"
 _WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 _PREFIX = "base_model.model."
-_CONFIG_BYTES = 1 << 24  # a LoRA config is a few KB; anything near this is not one
-_NAME_CHARS = 1024  # module names matched against patterns (real ones are ~100)
-_DEPTH = 16
 
 # Fields that turn LoRA into another method with its own merge (PEFT's variants and
 # layouts strided does not reproduce): refused when set to anything but their default.
@@ -153,10 +155,12 @@ def read_config(folder: str) -> _Config:
     """
     path = os.path.join(folder, CONFIG_NAME)
     with open(path, "rb") as handle:
-        data = handle.read(_CONFIG_BYTES + 1)
-    if len(data) > _CONFIG_BYTES:
-        raise LimitError(f"{path}: more than {_CONFIG_BYTES} bytes: not an adapter config")
-    config = loads_strict(data, path, _DEPTH)
+        data = handle.read(MAX_ADAPTER_CONFIG_BYTES + 1)
+    if len(data) > MAX_ADAPTER_CONFIG_BYTES:
+        raise LimitError(
+            f"{path}: more than {MAX_ADAPTER_CONFIG_BYTES} bytes: not an adapter config"
+        )
+    config = loads_strict(data, path, MAX_ADAPTER_CONFIG_DEPTH)
     if not isinstance(config, dict):
         raise FormatError(f"{path}: expected a JSON object, found {type(config).__name__}")
     field = _Fields(path, config)
@@ -426,7 +430,7 @@ def _module(
 ) -> None:
     """The recipes of one LoRA module (its weight, and its bias with ``lora_bias``); a
     linear module's weight waits in ``pending`` for its layout."""
-    if len(module) > _NAME_CHARS:  # matched against patterns below: bounded first
+    if len(module) > MAX_ADAPTER_MODULE_CHARS:  # matched against patterns below: bounded first
         raise LimitError(f"{where}: module name of {len(module)} characters")
     embedding = "embedding A" in parts or "embedding B" in parts
     a_key, b_key = ("embedding A", "embedding B") if embedding else ("A", "B")
@@ -457,7 +461,10 @@ def _module(
     factor_scale = alpha / math.sqrt(rank) if config.rslora else alpha / rank
     s = float(factor_scale) * scale
     if not math.isfinite(s):
-        raise FormatError(f"{where}: module {module!r}: the scale {s!r} is not finite")
+        raise RangeError(
+            f"{where}: module {module!r}: the scale s = {float(factor_scale)!r} (alpha / r) "
+            f"x {scale!r} overflows F64"
+        )
     target = f"{module}.weight"
     if embedding:
         _base_float(where, base, target, module, (a.shape[1], b.shape[0]))

@@ -156,15 +156,18 @@ def merge_lora(
     module (``out == in``) is Linear-style under ``fan_in_fan_out: false``; under
     ``true``, Conv1D-style when the non-square modules are all Conv1D-style (GPT-2),
     else ambiguous: a FormatError naming every ambiguous module, unless
-    ``fan_in_fan_out`` (a list of globs, ``fnmatch`` style) states the layout: matching
+    ``fan_in_fan_out`` (a list of globs, ``fnmatch`` style; one text is one glob;
+    ``[]``: every module Linear-style) states the layout: matching
     modules are Conv1D-style, every other module Linear-style. The result's
     ``layouts`` tells which layout each square module got.
 
     Everything about the adapter is checked before this returns, from headers:
     FormatError naming the module or tensor for a module with no base weight, shapes
     that disagree, ``r`` unlike A's first dim, DoRA and other variants, Conv adapters, a
-    config that does not parse; DTypeError for weights that are not F16/BF16/F32/F64
-    or A and B of different dtypes. Reading a tensor may raise FormatError (a NaN or
+    config that does not parse, an ambiguous layout, a pattern key that cannot be
+    matched in linear time; RangeError for a module whose ``s`` overflows F64;
+    DTypeError for weights that are not F16/BF16/F32/F64 or A and B of different
+    dtypes. Reading a tensor may raise FormatError (a NaN or
     infinity in A, B or b) or RangeError (a merged element past the dtype's largest
     finite value: an exact value past the range is never inf, NaN or another
     exception), naming the tensor and the element. OSError for paths that cannot be
