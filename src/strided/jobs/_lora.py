@@ -324,11 +324,15 @@ def _layouts(
     A Linear weight is ``(out, in)`` and a Conv1D one ``(in, out)``, with ``out`` B's
     first dim and ``in`` A's second. Stated globs decide every module (a shape that
     contradicts the statement is a FormatError). Otherwise a non-square module takes
-    the layout its shape needs; a square one is Linear-style under
-    ``fan_in_fan_out: false``, and under ``true`` Conv1D-style when the non-square
-    modules show that layout and none shows the other (GPT-2: ``c_attn`` shows it, the
-    square ``attn.c_proj`` follows); otherwise it is ambiguous, and every ambiguous
-    module is named in one FormatError.
+    the layout its shape needs; a square one follows the saved flag when nothing
+    contradicts it: Linear-style under ``fan_in_fan_out: false`` when no non-square
+    module is Conv1D-style, Conv1D-style under ``true`` when the non-square modules show
+    that layout and none shows the other (GPT-2: ``c_attn`` shows it, the square
+    ``attn.c_proj`` follows). Otherwise it is ambiguous, and every ambiguous module is
+    named in one FormatError. PEFT saves the value it set for the module it wrapped
+    last, so ``false`` beside Conv1D-style modules means a Linear and a Conv1D were both
+    wrapped (a GPT-2 classifier with ``score`` targeted): merging the square modules
+    Linear-style there could transpose a Conv1D one silently.
     """
     found: dict[str, str] = {}
     square: list[str] = []
@@ -351,20 +355,22 @@ def _layouts(
         else:
             square.append(item.module)
     shown = {found[item.module] for item in pending if item.module in found}
-    if not flag:
+    if not flag and CONV1D not in shown:
         found.update((module, LINEAR) for module in square)
-    elif shown == {CONV1D}:
+    elif flag and shown == {CONV1D}:
         found.update((module, CONV1D) for module in square)
     elif square:
         if not shown:
             evidence = "no non-square module shows the layout"
         elif shown == {LINEAR}:
             evidence = "the non-square modules are Linear-style"
+        elif shown == {CONV1D}:
+            evidence = "the non-square modules are Conv1D-style"
         else:
             evidence = "the non-square modules show both layouts"
         raise FormatError(
-            f"{where}: adapter_config.json says fan_in_fan_out true, but PEFT saves only the "
-            f"value it set last and {evidence}: the layout of the square modules "
+            f"{where}: adapter_config.json says fan_in_fan_out {str(flag).lower()}, but PEFT "
+            f"saves only the value it set last and {evidence}: the layout of the square modules "
             f"{', '.join(sorted(square))} is ambiguous; state it with --fan-in-fan-out GLOB "
             "(Python fan_in_fan_out=[globs]) naming the Conv1D-style modules"
         )
