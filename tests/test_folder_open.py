@@ -9,6 +9,7 @@ the folder must give the tensors that library wrote, bit for bit.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +47,22 @@ def _torch(legacy: bool) -> Callable[[Path], str]:
     return write
 
 
+def _torchscript(folder: Path) -> str:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Parameter(torch.from_numpy(ARRAYS["model.embed.weight"]))
+            self.norm = torch.nn.Parameter(torch.from_numpy(ARRAYS["model.norm.weight"]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    with warnings.catch_warnings():  # torch.jit.script is deprecated; its archives are real
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(Net()), str(folder / "model.pt"))
+    return "pytorch"
+
+
 def _npz(folder: Path) -> str:
     np.savez(folder / "weights.npz", **ARRAYS)
     return "npz"
@@ -58,6 +75,7 @@ WRITERS = {
     "torch-legacy": _torch(legacy=True),
     "npz": _npz,
 }
+TORCHSCRIPT_NAMES = {"embed": "model.embed.weight", "norm": "model.norm.weight"}
 
 
 def _beside(folder: Path) -> None:
@@ -81,6 +99,30 @@ def test_a_folder_with_one_checkpoint_opens_as_that_file(tmp_path: Path, fmt: st
             assert tensor.dtype == array.dtype and tensor.shape == array.shape
             assert tensor.tobytes() == array.tobytes()
     assert main(["hash", str(tmp_path)]) == 0
+
+
+def test_a_torchscript_archive_alone_opens(tmp_path: Path) -> None:
+    assert _torchscript(tmp_path) == "pytorch"
+    _beside(tmp_path)
+    with st.open_checkpoint(tmp_path) as checkpoint:
+        assert sorted(checkpoint) == sorted(TORCHSCRIPT_NAMES)
+        for name, source in TORCHSCRIPT_NAMES.items():
+            assert checkpoint[name].numpy().tobytes() == ARRAYS[source].tobytes()
+
+
+def test_pytorch_shards_open_through_their_one_index(tmp_path: Path) -> None:
+    weight_map = {}
+    for number, (name, array) in enumerate(ARRAYS.items(), 1):
+        shard = f"pytorch_model-{number:05d}-of-00002.bin"
+        torch.save({name: torch.from_numpy(array.copy())}, tmp_path / shard)
+        weight_map[name] = shard
+    index = {"metadata": {"total_size": 54}, "weight_map": weight_map}
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    _beside(tmp_path)
+    with st.open_checkpoint(tmp_path) as checkpoint:
+        assert checkpoint.format == "pytorch" and sorted(checkpoint) == sorted(ARRAYS)
+        for name, array in ARRAYS.items():
+            assert checkpoint[name].numpy().tobytes() == array.tobytes()
 
 
 @pytest.mark.parametrize("fmt", ["npy", "json"])

@@ -154,12 +154,14 @@ def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = F
             return Opened("pytorch", open_dcp(where, copy, budget=budget))
         names = sorted(os.listdir(where))
         found = _checkpoint_files(where, names)
-        if len(found) == 1:
-            return open_detected(found[0], copy, budget, lenient)
+        indexes = [path for path, index in found.items() if index]
+        if len(found) == 1 or len(indexes) == 1:
+            # One file, or one shard index naming the rest (pytorch_model.bin.index.json).
+            return open_detected((indexes or list(found))[0], copy, budget, lenient)
         if folder_format(names) == "gguf":
             return _open_gguf(folder_first_part(where), copy, budget, lenient)
         if found and not any(name.endswith(".safetensors") for name in names):
-            shown = ", ".join(repr(os.path.basename(path)[:80]) for path in found[:4])
+            shown = ", ".join(repr(os.path.basename(path)[:80]) for path in list(found)[:4])
             more = f" and {len(found) - 4} more" if len(found) > 4 else ""
             raise FormatError(
                 f"{where}: the folder holds {len(found)} checkpoint files ({shown}{more}); "
@@ -172,15 +174,16 @@ def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = F
     return OPENERS[detect(head, size, where).name](where, copy, budget, lenient)
 
 
-def _checkpoint_files(folder: str, names: list[str]) -> list[str]:
-    """The files in ``folder`` that the table reads as tensors, by their first bytes.
+def _checkpoint_files(folder: str, names: list[str]) -> dict[str, bool]:
+    """The files in ``folder`` that the table reads as tensors, by their first bytes,
+    each with whether it is a shard index.
 
     A shard index counts (it names the tensors); other JSON -- ``config.json``,
     ``tokenizer.json``, ``generation_config.json`` -- does not: only a JSON text whose
     first key is an index's or a strided tensor document's is a checkpoint. Files that
     cannot be read are skipped (opening the one that is left reports on its own).
     """
-    found = []
+    found: dict[str, bool] = {}
     for name in names:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
@@ -194,9 +197,10 @@ def _checkpoint_files(folder: str, names: list[str]) -> list[str]:
         entry = matching(head[:HEAD_BYTES], size)
         if entry is None:
             continue
-        if entry.name == "json" and not (_is_index(head) or _is_tensor_document(head)):
+        index = entry.name == "json" and _is_index(head)
+        if entry.name == "json" and not (index or _is_tensor_document(head)):
             continue
-        found.append(path)
+        found[path] = index
     return found
 
 

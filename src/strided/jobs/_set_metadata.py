@@ -75,7 +75,8 @@ _COPY_BYTES = 1 << 24  # the data region is copied this much at a time
 
 class Edit(NamedTuple):
     """What to change: ``sets`` (key, value text) in order, ``deletes`` (keys), and the
-    type of new GGUF keys (a ``TYPE_NAMES`` value, or None for STRING)."""
+    type of new GGUF keys (a ``TYPE_NAMES`` value; None: llama.cpp's type for a key it
+    knows, and any other new key is refused)."""
 
     sets: Sequence[tuple[str, str]]
     deletes: Sequence[str]
