@@ -291,7 +291,7 @@ def test_verify_checks_a_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "a: digest differs from the manifest" in out
     assert "c: in the manifest, missing from the checkpoint" in out
     assert "d: not in the manifest" in out
-    assert "1 digests differ, 1 missing, 1 unexpected" in out.splitlines()[-1]
+    assert "1 digest differs, 1 missing, 1 unexpected" in out.splitlines()[-1]
     # A tampered last line (the checkpoint digest) is caught too.
     st.save_safetensors(path, tensors(arrays))
     lines = manifest.splitlines()

@@ -58,7 +58,7 @@ def test_gguf_keys_change_in_place_keeping_types_and_tensors(
     before, tensors = digest(model), read_tensors(model)
     status, _, err = cli(capsys, "set-metadata", str(model), "llama.context_length=8192",
                          "tokenizer.chat_template={{ messages }}", "t.flag=true",
-                         "tokenizer.ggml.token_type=[3, 4, 5]", "new.key=[not json",
+                         "tokenizer.ggml.token_type=[3, 4, 5]", "general.name=[not json",
                          "--delete", "llama.attention.layer_norm_rms_epsilon")  # fmt: skip
     assert status == 0, err
     assert read_kvs(model) == [
@@ -67,7 +67,7 @@ def test_gguf_keys_change_in_place_keeping_types_and_tensors(
         ("t.flag", "BOOL", True),
         ("tokenizer.chat_template", "STRING", "{{ messages }}"),
         ("tokenizer.ggml.token_type", "ARRAY[INT32]", [3, 4, 5]),
-        ("new.key", "STRING", "[not json"),
+        ("general.name", "STRING", "[not json"),
     ]
     assert read_tensors(model) == tensors
     assert digest(model) == before
@@ -82,7 +82,9 @@ def test_new_keys_take_the_type_given(model: Path, capsys: pytest.CaptureFixture
     status, _, err = cli(capsys, "set-metadata", str(model), "c=65535", "--type", "u16")
     assert status == 0 and read_kvs(model)[-1] == ("c", "UINT16", 65535)
     # Deleting a key and setting it again gives it a new type.
-    status, _, err = cli(capsys, "set-metadata", str(model), "c=x", "--delete", "c")
+    status, _, err = cli(
+        capsys, "set-metadata", str(model), "c=x", "--delete", "c", "--type", "str"
+    )
     assert status == 0 and read_kvs(model)[-1] == ("c", "STRING", "x")
 
 
@@ -133,9 +135,10 @@ def test_any_chat_template_round_trips(tmp_path_factory: pytest.TempPathFactory,
 def test_output_elsewhere_must_be_free(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = model.parent / "o.gguf"
     out.write_bytes(b"keep")
-    status, _, err = cli(capsys, "set-metadata", str(model), "a=b", "-o", str(out))
+    edit = ["a=b", "--type", "str", "-o", str(out)]
+    status, _, err = cli(capsys, "set-metadata", str(model), *edit)
     assert status == 1 and "--overwrite" in err and out.read_bytes() == b"keep"
-    assert cli(capsys, "set-metadata", str(model), "a=b", "-o", str(out), "--overwrite")[0] == 0
+    assert cli(capsys, "set-metadata", str(model), *edit, "--overwrite")[0] == 0
     assert read_kvs(out)[-1] == ("a", "STRING", "b")
     status, _, err = cli(capsys, "set-metadata", str(model))
     assert status == 2

@@ -173,6 +173,9 @@ MAX_SWAPPED_CACHE_BYTES = 64 << 20
 # one cell per chunk); each cell costs 4 bytes while the chunks are checked.
 MAX_DCP_GRID_CELLS = 1 << 22
 
+# set-metadata: the digits of an integer value's text (u64's largest, 2**64 - 1, has 20).
+MAX_METADATA_INTEGER_DIGITS = 20
+
 # Remote files and manifests
 MAX_REDIRECTS = 5
 MAX_MANIFEST_BYTES = 1 << 28  # a ``strided verify`` manifest

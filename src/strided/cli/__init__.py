@@ -178,7 +178,9 @@ def _parser() -> argparse.ArgumentParser:
         "'strided COMMAND --help' shows a command's options and an example.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action=_Version, help="print the version of strided and exit")
+    parser.add_argument(
+        "-V", "--version", action=_Version, help="print the version of strided and exit"
+    )
     commands = parser.add_subparsers(dest="command", metavar="{" + _COMMANDS.replace(" ", "") + "}")
     _add_inspect(commands)
     _add_verify_and_hash(commands)
@@ -188,7 +190,9 @@ def _parser() -> argparse.ArgumentParser:
     add_set_metadata(commands, _command, _run_set_metadata)
     helpers = (_add_jobs, _add_expanded, _add_lenient, _size)
     add_merges(commands, _command, *helpers, _run_merge_lora, _run_merge)
-    for command in commands.choices.values():
+    for name, command in commands.choices.items():
+        if name == "set-metadata":
+            continue  # edits local files only: no URL, no token
         command.add_argument(
             "--token",
             default=None,
@@ -246,13 +250,23 @@ def _add_inspect(commands: _Commands) -> None:
         "inspect",
         "list the tensors of a checkpoint, with samples",
         "Name, dtype, shape, bytes and a summary of sampled values per tensor, then the\n"
-        "metadata and totals; reads only headers and samples (--full reads everything).",
+        "metadata and totals; reads only headers and samples (--full reads everything).\n"
+        "The table fits the terminal's width (COLUMNS): long names wrap. --name matching\n"
+        "no tensor is an error (exit 1).",
         "strided inspect model.safetensors --group",
     )
     inspect.add_argument("path", metavar="PATH", help=_PATH)
     inspect.add_argument("--name", default="*", help="only tensors whose name matches this glob")
-    inspect.add_argument("--samples", type=_samples, default=1024, help="samples per tensor")
-    inspect.add_argument("--strategy", choices=("head", "spread"), default="head")
+    inspect.add_argument(
+        "--samples", type=_samples, default=1024, help="samples per tensor (default 1024)"
+    )
+    inspect.add_argument(
+        "--strategy",
+        choices=("head", "spread"),
+        default="head",
+        help="which elements are sampled: head (default) the first N in row-major order, "
+        "spread N evenly spaced over the whole tensor",
+    )
     inspect.add_argument(
         "--full", action="store_true", help="exact statistics over every element (reads all)"
     )
@@ -294,9 +308,13 @@ def _add_verify_and_hash(commands: _Commands) -> None:
         commands,
         "hash",
         "SHA-256 content digests of every tensor and of the whole checkpoint",
-        "Prints 'DIGEST  NAME' per tensor (the sha256sum layout), then the checkpoint's\n"
-        "digest, which depends on neither the file format, the shard split nor the\n"
-        "tensor order.",
+        "Prints 'DIGEST  NAME' per tensor (the sha256sum layout, names sorted by their\n"
+        "UTF-8 bytes), then 'DIGEST  *metadata*' (the metadata: every key and its\n"
+        "canonical value text, sorted; 'format', 'general.alignment' and 'split.*' left\n"
+        "out, and a value's stored type does not count), then 'DIGEST  *checkpoint*'\n"
+        "(every tensor's name and digest). Neither depends on the file format, the shard\n"
+        "split or the tensor order; the checkpoint digest ignores the metadata. Every\n"
+        "tensor is read.",
         "strided hash model.safetensors > model.sha256",
     )
     hashing.add_argument("path", metavar="PATH", help=_PATH)

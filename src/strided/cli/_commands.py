@@ -27,12 +27,17 @@ def add_set_metadata(
         commands,
         "set-metadata",
         "set or delete metadata of a GGUF or safetensors file, tensors untouched",
-        "GGUF key/values keep their order; an existing key keeps its type, a new key\n"
-        "is a string unless --type (a value starting with [ is then a JSON array of\n"
-        "that type). general.alignment and split.* cannot change. safetensors\n"
-        "__metadata__ values are strings. The file is rewritten atomically (in place\n"
-        "unless -o); tensor bytes are copied unchanged, so 'strided hash' gives the\n"
-        "same checkpoint digest. A value that does not fit its type changes nothing.",
+        "GGUF key/values keep their order; an existing key keeps its type. A new key\n"
+        "takes llama.cpp's type when it is one of llama.cpp's known keys\n"
+        "(llama.context_length is u32, tokenizer.chat_template str), else it needs\n"
+        "--type (a value starting with [ is then a JSON array of that type). Integers\n"
+        "have at most 20 digits; floats are decimals, nan, inf or -inf.\n"
+        "general.alignment and split.* cannot change. safetensors __metadata__ values\n"
+        "are strings. The file is rewritten atomically (in place unless -o; a symbolic\n"
+        "link's target is rewritten and the link kept); tensor bytes are copied\n"
+        "unchanged, so 'strided hash' gives the same checkpoint digest. A value that\n"
+        "does not fit its type, or a file another writer replaced meanwhile, changes\n"
+        "nothing. Local files only.",
         'strided set-metadata model.gguf tokenizer.chat_template="$(cat chat.jinja)"',
     )
     parser.add_argument("path", metavar="PATH", help="a GGUF or safetensors file")
@@ -43,7 +48,10 @@ def add_set_metadata(
         "--delete", action="append", default=[], metavar="KEY", help="a key to delete (repeatable)"
     )
     parser.add_argument(
-        "--type", choices=_TYPES, default=None, help="GGUF type of new keys (default: str)"
+        "--type",
+        choices=_TYPES,
+        default=None,
+        help="GGUF type of new keys that are not llama.cpp's known keys (required for them)",
     )
     parser.add_argument(
         "-o", dest="out", metavar="OUT", default=None, help="write to OUT instead of PATH"

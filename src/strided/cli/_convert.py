@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import sys
 from typing import IO
 
 from .._core.errors import DataError
@@ -19,9 +20,11 @@ from ..jobs._gguf_plan import gguf_key_values, plan_gguf
 from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
-from ._verify import CommandFailure
+from ._verify import CommandFailure, count_of
 
 __all__ = ["run_convert", "target_format"]
+
+ARCHITECTURE_KEY = "general.architecture"  # the key llama.cpp chooses a model's code by
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -69,11 +72,11 @@ def run_convert(args: argparse.Namespace) -> int:
         if target == "gguf":
             written = _write_gguf(args, checkpoint, names)
             parts = f" in {len(written)} parts" if len(written) > 1 else ""
-            print(f"{safe(args.path)} -> {safe(args.dst)}: {len(names)} tensors{parts}")
+            print(f"{safe(args.path)} -> {safe(args.dst)}: {count_of(len(names), 'tensor')}{parts}")
             return 0
         written = _write_safetensors(args, checkpoint, names)
     shards = f" in {len(written) - 1} shards" if len(written) > 2 else ""
-    print(f"{safe(args.path)} -> {safe(args.dst)}: {len(names)} tensors{shards}")
+    print(f"{safe(args.path)} -> {safe(args.dst)}: {count_of(len(names), 'tensor')}{shards}")
     return 0
 
 
@@ -117,7 +120,7 @@ def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[st
         Progress(total, "convert") as progress,
     ):
         try:
-            return write_gguf(
+            written = write_gguf(
                     checkpoint, path, items, kvs, args.dst, args.max_shard_size, runner,
                     progress.update, args.overwrite,
                 )  # fmt: skip
@@ -129,6 +132,16 @@ def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[st
             raise CommandFailure(destination_error(named, error)) from None
         except DataError as error:
             raise CommandFailure(with_path(args.dst, error)) from None
+    if not any(kv.key == ARCHITECTURE_KEY for kv in kvs):
+        # The file is valid GGUF, but llama.cpp picks its model code by this key (and then
+        # needs the model's own tensor names, hyper-parameters and tokenizer).
+        print(
+            f"strided: warning: {safe(args.path)} names no GGUF architecture "
+            f"({ARCHITECTURE_KEY}): {safe(args.dst)} holds the tensors, but llama.cpp "
+            "will not load it",
+            file=sys.stderr,
+        )
+    return written
 
 
 def target_format(path: str) -> str:

@@ -28,7 +28,10 @@ import argparse
 import fnmatch
 import json
 import math
+import os
 import re
+import shutil
+import sys
 from typing import Any
 
 from .._core.dtype import DType
@@ -42,7 +45,7 @@ from ..jobs._metadata_text import canonical, gguf_types
 from ..jobs._pool import JobError, Runner, opened, sharing, where
 from ._scan import import_summary
 from ._text import byte_size, count_text, safe
-from ._verify import count_of, exact_row, header_row, scan_checkpoint
+from ._verify import CommandFailure, count_of, exact_row, header_row, scan_checkpoint
 
 __all__ = ["inspect_task", "run_inspect"]
 
@@ -51,6 +54,10 @@ __all__ = ["inspect_task", "run_inspect"]
 _ARRAY_ITEMS = 16
 _SUMMARY = "$summary"
 _LINE = 80  # characters of a metadata value shown in the table
+# The table fits the terminal's width (COLUMNS), never narrower than this; names longer
+# than their column wraps onto lines of their own, the name column never under _MIN_NAME.
+_MIN_WIDTH = 80
+_MIN_NAME = 24
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -89,6 +96,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             for name, reason in checkpoint.unreadable.items()
             if fnmatch.fnmatchcase(name, args.name)
         }
+        if not names and not unreadable and (len(checkpoint) or checkpoint.unreadable):
+            raise CommandFailure(f"{safe(args.path)}: no tensor matches {safe(repr(args.name))}")
     for row in rows:
         if row.get("mean") is not None:
             row["mean"] = shortest_text(DType.F64, row["mean"])
@@ -345,12 +354,21 @@ def _print_table(
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    columns = _terminal_width()
+    if columns is not None:
+        # The name column takes what the other columns leave of the terminal's width.
+        room = columns - sum(widths[1:]) - 2 * (len(widths) - 1)
+        widths[0] = min(widths[0], max(room, _MIN_NAME))
     print(f"{safe(path)} ({kind})")
     for entry in metadata:
         print(entry)
-    for line in lines:
+    for line in lines if rows else []:  # no header over an empty table
+        pieces = _wrapped(line[0], widths[0])
+        cells = (pieces[-1], *line[1:])
+        for piece in pieces[:-1]:
+            print(piece)
         print(
-            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+            "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
         )
     for name, reason in unreadable.items():
         print(f"{safe(name)}  unreadable: {safe(reason)}")
@@ -358,6 +376,29 @@ def _print_table(
         f"{count_of(totals['tensors'], 'tensor')}, {totals['parameters']:,} parameters, "
         f"{byte_size(totals['bytes'])}"
     )
+
+
+def _terminal_width() -> int | None:
+    """The width to fit: COLUMNS, else the terminal's (at least ``_MIN_WIDTH``); None
+    when output goes to a pipe or file and COLUMNS is unset, so ``grep`` sees whole
+    names on one line (the convention ``ls`` follows)."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return max(shutil.get_terminal_size().columns, _MIN_WIDTH)
+
+
+def _wrapped(name: str, width: int) -> list[str]:
+    """``name`` in pieces of at most ``width`` characters, cut after a ``.`` where one
+    falls in the second half of a piece. The last piece goes on the row's own line, so
+    the other cells sit beside the name's end (``…q_proj.weight``)."""
+    pieces = []
+    while len(name) > width:
+        cut = name.rfind(".", 0, width) + 1
+        if cut <= width // 2:
+            cut = width
+        pieces.append(name[:cut])
+        name = name[cut:]
+    return [*pieces, name]
 
 
 def _mean_text(mean: str | None) -> str:

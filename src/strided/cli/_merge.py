@@ -19,7 +19,7 @@ from ..jobs._pool import Runner, sharing
 from ._convert import destination_error
 from ._progress import Progress
 from ._text import one_line, safe
-from ._verify import CommandFailure
+from ._verify import CommandFailure, count_of
 
 __all__ = ["layouts_text", "run_merge", "run_merge_lora"]
 
@@ -43,7 +43,7 @@ def run_merge_lora(args: argparse.Namespace) -> int:
         changed = _write(args, merged)
     print(
         f"{safe(args.path)} + {safe(args.adapter)} -> {safe(args.dst)}: "
-        f"{len(merged)} tensors, {changed} changed by the adapter"
+        f"{count_of(len(merged), 'tensor')}, {changed:,} changed by the adapter"
     )
     return 0
 
@@ -67,7 +67,7 @@ def run_merge(args: argparse.Namespace) -> int:
         raise CommandFailure(_line(inputs, error)) from None
     with merged:
         _write(args, merged)
-    print(f"{len(inputs)} checkpoints -> {safe(args.dst)}: {len(merged)} tensors")
+    print(f"{len(inputs)} checkpoints -> {safe(args.dst)}: {count_of(len(merged), 'tensor')}")
     return 0
 
 

@@ -74,7 +74,8 @@ def _print_file(path: str, kind: str, imports: Sequence[PickleImport]) -> None:
         return
     counts = _counts(imports)
     told = ", ".join(f"{counts[verdict]} {verdict}" for verdict in _ORDER if counts[verdict])
-    print(f"{safe(path)}: {kind}, {len(imports)} imports ({told})")
+    noun = "import" if len(imports) == 1 else "imports"
+    print(f"{safe(path)}: {kind}, {len(imports):,} {noun} ({told})")
     names = [safe(str(found)) for found in imports]
     width = max(len(name) for name in names)
     for name, found in zip(names, imports, strict=True):

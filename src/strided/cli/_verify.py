@@ -205,7 +205,9 @@ def _check(manifest: Manifest, digests: dict[str, str]) -> tuple[list[str], list
     lines += [f"{safe(name)}: not in the manifest" for name in unexpected]
     states = []
     if differ:
-        states.append(f"{len(differ)} digests differ")
+        states.append(
+            f"{len(differ)} digest differs" if len(differ) == 1 else f"{len(differ)} digests differ"
+        )
     if missing:
         states.append(f"{len(missing)} missing")
     if unexpected:

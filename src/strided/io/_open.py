@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .._core.errors import FormatError
 from .._core.limits import MAX_INDEX_BYTES
 from .._core.shape import Shape
 from .._kernels.strict_json import loads_strict
@@ -41,6 +42,7 @@ from .torchscript import is_torchscript, open_torchscript
 __all__ = ["OPENERS", "Opened", "SingleReader", "open_detected"]
 
 _INDEX_KEYS = (b'"metadata"', b'"weight_map"')
+_TENSOR_KEYS = (b'"dtype"', b'"shape"', b'"data"')  # the keys of a strided tensor document
 _FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
 
 
@@ -150,13 +152,62 @@ def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = F
     if os.path.isdir(where):
         if os.path.isfile(os.path.join(where, DCP_METADATA)):
             return Opened("pytorch", open_dcp(where, copy, budget=budget))
-        if folder_format(os.listdir(where)) == "gguf":
+        names = sorted(os.listdir(where))
+        found = _checkpoint_files(where, names)
+        indexes = [path for path, index in found.items() if index]
+        if len(found) == 1 or len(indexes) == 1:
+            # One file, or one shard index naming the rest (pytorch_model.bin.index.json).
+            return open_detected((indexes or list(found))[0], copy, budget, lenient)
+        if folder_format(names) == "gguf":
             return _open_gguf(folder_first_part(where), copy, budget, lenient)
+        if found and not any(name.endswith(".safetensors") for name in names):
+            shown = ", ".join(repr(os.path.basename(path)[:80]) for path in list(found)[:4])
+            more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+            raise FormatError(
+                f"{where}: the folder holds {len(found)} checkpoint files ({shown}{more}); "
+                "open one of them"
+            )
         return Opened("safetensors", open_safetensors(where, copy))
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(HEAD_BYTES)
     return OPENERS[detect(head, size, where).name](where, copy, budget, lenient)
+
+
+def _checkpoint_files(folder: str, names: list[str]) -> dict[str, bool]:
+    """The files in ``folder`` that the table reads as tensors, by their first bytes,
+    each with whether it is a shard index.
+
+    A shard index counts (it names the tensors); other JSON -- ``config.json``,
+    ``tokenizer.json``, ``generation_config.json`` -- does not: only a JSON text whose
+    first key is an index's or a strided tensor document's is a checkpoint. Files that
+    cannot be read are skipped (opening the one that is left reports on its own).
+    """
+    found: dict[str, bool] = {}
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open_regular(path) as file:
+                size = file_size(file)
+                head = file.read(_FIRST_KEY_BYTES)
+        except OSError:
+            continue
+        entry = matching(head[:HEAD_BYTES], size)
+        if entry is None:
+            continue
+        index = entry.name == "json" and _is_index(head)
+        if entry.name == "json" and not (index or _is_tensor_document(head)):
+            continue
+        found[path] = index
+    return found
+
+
+def _is_tensor_document(head: bytes) -> bool:
+    """Whether a JSON text's first key is one of a strided tensor document's."""
+    body = head.lstrip(JSON_SPACE)[1:].lstrip(JSON_SPACE)
+    return body.startswith(_TENSOR_KEYS)
 
 
 class SingleReader:

@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any, NamedTuple
 
@@ -414,15 +415,22 @@ def naming(target: str) -> Iterator[None]:
         raise OSError(error.errno, error.strerror or str(error), target) from None
 
 
-def write_file(path: str, write: Callable[[IO[bytes]], None], overwrite: bool = False) -> None:
+def write_file(
+    path: str,
+    write: Callable[[IO[bytes]], None],
+    overwrite: bool = False,
+    guard: Callable[[], AbstractContextManager[None]] | None = None,
+) -> None:
     """Write the file ``path`` through ``write(handle)``: atomically, leaving nothing behind.
 
     The hidden temporary file beside ``path`` is created before ``write`` runs (so an
     unwritable folder fails before any work), flushed to disk and renamed onto ``path``
     when ``write`` returns. It is removed on any error, and by a ``Sweeper`` should this
     process be killed. ``path`` is checked by ``check_file_target`` (before ``write``
-    and again before the rename). An OSError of the writing names ``path``, never the
-    temporary file; errors raised by ``write`` itself propagate unchanged.
+    and again before the rename). The rename happens inside ``guard()`` when given (a
+    lock and a last check of the caller's; what it raises leaves ``path`` untouched).
+    An OSError of the writing names ``path``, never the temporary file; errors raised
+    by ``write`` or ``guard`` themselves propagate unchanged.
     """
     target = check_file_target(path, overwrite)
     folder, name = os.path.split(target)
@@ -433,7 +441,7 @@ def write_file(path: str, write: Callable[[IO[bytes]], None], overwrite: bool = 
             output = OutputFile(folder, name, 0, sweeper)
         with os.fdopen(output.fd, "wb", closefd=False) as handle:
             write(handle)
-        with naming(target):
+        with guard() if guard is not None else contextlib.nullcontext(), naming(target):
             check_file_target(target, overwrite)
             output.commit(target)
         fsync_path(folder)

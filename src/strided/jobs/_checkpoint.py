@@ -326,7 +326,9 @@ class Checkpoint(Mapping[str, Tensor]):
         return self._reader
 
     def __repr__(self) -> str:
-        return f"Checkpoint({self._path!r}, format={self._format!r}, {len(self._infos)} tensors)"
+        count = len(self._infos)
+        tensors = f"{count} tensor" if count == 1 else f"{count} tensors"
+        return f"Checkpoint({self._path!r}, format={self._format!r}, {tensors})"
 
 
 def _f32(value: float) -> float:

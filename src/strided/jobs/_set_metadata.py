@@ -7,20 +7,35 @@ target. Tensor offsets are relative to the data region in both formats, so they 
 as they are and every tensor's bytes, hence ``Checkpoint.digest()``, are unchanged.
 
 GGUF: key/values keep their order; an existing key keeps its type, a new key is
-appended as a ``STRING`` unless a type is given; ``general.alignment`` and ``split.*``
-describe the file's layout and can be neither set nor deleted. safetensors: the
+appended with the type given, or llama.cpp's type when it is one of llama.cpp's known
+keys (``_gguf_keys``), and is refused otherwise (a number must not silently become a
+string); ``general.alignment`` and ``split.*`` describe the file's layout and can be
+neither set nor deleted. An integer's text has at most ``MAX_METADATA_INTEGER_DIGITS``
+digits, a float's is a decimal or ``nan``/``inf``/``-inf``. safetensors: the
 ``__metadata__`` strings, written with sorted keys (as the reference writer does).
+
+One edit, one file: the header is parsed from, and the tensor bytes copied from, one
+open descriptor, so what is written is always one consistent file. A symbolic link is
+followed: its target is rewritten (the temporary file beside the target) and the link
+stays a link. Just before the rename, under an exclusive ``flock`` of the source (which
+every concurrent strided edit of the file takes too), the path must still name the file
+that was read (same ``st_dev``/``st_ino``); when another writer replaced it meanwhile the
+edit is refused and nothing is written, so of two concurrent edits one fails and the
+file is the other's complete result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
 from .._core.errors import FormatError, LimitError
+from .._core.limits import MAX_METADATA_INTEGER_DIGITS
 from .._core.shape import Shape
 from ..io._common import file_size, label, map_file, open_regular
 from ..io._detect import HEAD_BYTES, detect
@@ -28,6 +43,12 @@ from ..io._safetensors_header import MAX_HEADER_BYTES, parse_header
 from ..io._shards import write_file
 from ..io.gguf import _Reader, parse_gguf
 from ..io.gguf_write import TensorSpec, alignment_of, encode_kv, tensor_info
+from ._gguf_keys import known_types
+
+try:  # POSIX; elsewhere the identity check alone guards the rename
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["TYPE_NAMES", "Edit", "set_metadata"]
 
@@ -47,12 +68,15 @@ TYPE_NAMES = {
     "str": "STRING",
 }
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+# A float's text: a decimal (exponent allowed) or one of the three non-finite spellings.
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|-inf")
 _COPY_BYTES = 1 << 24  # the data region is copied this much at a time
 
 
 class Edit(NamedTuple):
     """What to change: ``sets`` (key, value text) in order, ``deletes`` (keys), and the
-    type of new GGUF keys (a ``TYPE_NAMES`` value, or None for STRING)."""
+    type of new GGUF keys (a ``TYPE_NAMES`` value; None: llama.cpp's type for a key it
+    knows, and any other new key is refused)."""
 
     sets: Sequence[tuple[str, str]]
     deletes: Sequence[str]
@@ -61,12 +85,14 @@ class Edit(NamedTuple):
 
 def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool = False) -> str:
     """Apply ``edit`` to the GGUF or safetensors file ``path``, written to ``out``
-    (default: ``path`` itself, replaced atomically). Returns the format's name.
+    (default: ``path`` itself, replaced atomically; a symbolic link's target is
+    replaced and the link kept). Returns the format's name.
 
     Deletes apply first, then sets (so deleting a GGUF key and setting it again gives
     it the ``new_type``). FormatError, with nothing written, for a value that does not
-    fit its type, a deleted key that is not there, a layout key, or another format;
-    ``out`` must not exist unless ``overwrite`` (OSError).
+    fit its type, a new GGUF key with no type (given, or llama.cpp's), a deleted key
+    that is not there, a layout key, another format, or a file that another writer
+    replaced while it was edited; ``out`` must not exist unless ``overwrite`` (OSError).
     """
     where = label(path)
     with open_regular(where) as file:
@@ -81,15 +107,39 @@ def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool 
         else:
             raise FormatError(f"{where}: set-metadata edits GGUF and safetensors files, not {kind}")
 
-    def write(handle: IO[bytes]) -> None:
-        handle.write(header)
-        with open_regular(where) as source:
-            source.seek(start)
-            while piece := source.read(_COPY_BYTES):
+        def write(handle: IO[bytes]) -> None:
+            # The tensor bytes come from the descriptor the header was read from.
+            handle.write(header)
+            file.seek(start)
+            while piece := file.read(_COPY_BYTES):
                 handle.write(piece)
 
-    write_file(where if out is None else out, write, overwrite or out is None)
+        if out is not None:
+            write_file(out, write, overwrite)
+            return kind
+        target = os.path.realpath(where)
+        write_file(target, write, True, lambda: _still_named(file, target, where))
     return kind
+
+
+@contextlib.contextmanager
+def _still_named(file: IO[bytes], target: str, where: str) -> Iterator[None]:
+    """Held across the rename: an exclusive lock of the file that was read, and the
+    check that ``target`` still names it (FormatError when another writer replaced it).
+    """
+    if fcntl is not None:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+    try:
+        read, now = os.fstat(file.fileno()), os.stat(target)
+        if (read.st_dev, read.st_ino) != (now.st_dev, now.st_ino):
+            raise FormatError(
+                f"{where}: another writer replaced the file while it was being edited; "
+                "nothing written (run the edit again)"
+            )
+        yield
+    finally:
+        if fcntl is not None:
+            fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
 
 def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, int]:
@@ -108,13 +158,15 @@ def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, in
         if key not in values:
             raise FormatError(f"{where}: no key {key[:80]!r} to delete")
         del values[key], kinds[key]
+    architecture = metadata.get("general.architecture")
+    arch = architecture if type(architecture) is str else None
     for key, text in edit.sets:
         if key in kinds and edit.new_type is not None and not _same_kind(kinds[key], edit):
             raise FormatError(
                 f"{where}: key {key[:80]!r} keeps its type {kinds[key]} (delete it first to "
                 "give it another)"
             )
-        kind = kinds.get(key) or _new_kind(text, edit.new_type)
+        kind = kinds.get(key) or _new_kind(key, text, edit.new_type, arch, where)
         values[key], kinds[key] = _parsed(text, kind, f"{where}: key {key[:80]!r}"), kind
     body = [encode_kv(key, kinds[key], value) for key, value in values.items()]
     infos = [
@@ -129,10 +181,27 @@ def _same_kind(kind: str, edit: Edit) -> bool:
     return kind == edit.new_type or kind == f"ARRAY[{edit.new_type}]"
 
 
-def _new_kind(text: str, new_type: str | None) -> str:
-    if new_type is None:
-        return "STRING"
-    return f"ARRAY[{new_type}]" if text.lstrip().startswith("[") else new_type
+def _new_kind(key: str, text: str, new_type: str | None, arch: str | None, where: str) -> str:
+    """The type of a new key: llama.cpp's for a key it knows (an array type when the
+    text is a JSON array and llama.cpp also writes the key as one), else the one given.
+    """
+    array = text.lstrip().startswith("[")
+    given = None if new_type is None else f"ARRAY[{new_type}]" if array else new_type
+    known = known_types(key, arch)
+    if not known:
+        if given is None:
+            raise FormatError(
+                f"{where}: new key {key[:80]!r} needs --type (u32, i32, f32, bool, str...): "
+                "it is not one of llama.cpp's known keys"
+            )
+        return given
+    fitting = [kind for kind in known if kind.startswith("ARRAY") == array] or list(known)
+    if given is not None and given not in known:
+        raise FormatError(
+            f"{where}: key {key[:80]!r} is llama.cpp's {' or '.join(known)}; --type "
+            f"{new_type} does not fit it"
+        )
+    return given or fitting[0]
 
 
 def _parsed(text: str, kind: str, where: str) -> Any:
@@ -142,7 +211,7 @@ def _parsed(text: str, kind: str, where: str) -> Any:
         return text
     if kind.startswith("ARRAY"):
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_int=_json_integer)
         except (ValueError, RecursionError):
             raise FormatError(f"{where}: {kind} needs a JSON array, found {text[:40]!r}") from None
         if type(value) is not list:
@@ -153,12 +222,32 @@ def _parsed(text: str, kind: str, where: str) -> Any:
             raise FormatError(f"{where}: BOOL needs true or false, found {text[:40]!r}")
         return text == "true"
     if kind.startswith("FLOAT"):
-        try:
-            return float(text)
-        except ValueError:
-            raise FormatError(f"{where}: {kind} needs a number, found {text[:40]!r}") from None
+        if not _FLOAT.fullmatch(text):
+            raise FormatError(
+                f"{where}: {kind} needs a decimal number, nan, inf or -inf, found {text[:40]!r}"
+            )
+        return float(text)
     if not _INTEGER.fullmatch(text):
         raise FormatError(f"{where}: {kind} needs an integer, found {text[:40]!r}")
+    return _integer(text, where)
+
+
+def _integer(text: str, where: str) -> int:
+    """A checked integer text as an int; FormatError past the digit cap (no GGUF integer
+    type holds more than 20 digits, and a long text must not cost a long conversion)."""
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_METADATA_INTEGER_DIGITS:
+        raise FormatError(
+            f"{where}: an integer of {digits} digits (GGUF integers have at most "
+            f"{MAX_METADATA_INTEGER_DIGITS})"
+        )
+    return int(text)
+
+
+def _json_integer(text: str) -> int:
+    # json's hook for each integer of an array: the same cap (ValueError -> FormatError).
+    if len(text.lstrip("-")) > MAX_METADATA_INTEGER_DIGITS:
+        raise ValueError(f"an integer of more than {MAX_METADATA_INTEGER_DIGITS} digits")
     return int(text)
 
 
