@@ -176,3 +176,6 @@ MAX_DCP_GRID_CELLS = 1 << 22
 # Remote files and manifests
 MAX_REDIRECTS = 5
 MAX_MANIFEST_BYTES = 1 << 28  # a ``strided verify`` manifest
+# Members a job's refusal names when a checkpoint holds some it cannot read (the rest
+# are counted, so one error line stays short; --skip-unreadable lists every one).
+MAX_UNREADABLE_NAMED = 8
