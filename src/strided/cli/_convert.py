@@ -19,8 +19,7 @@ from ..jobs._gguf_plan import gguf_key_values, plan_gguf
 from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
-from ._unreadable import skipped_members
-from ._verify import CommandFailure, count_of
+from ._verify import CommandFailure, count_of, skipped_members
 
 __all__ = ["run_convert", "target_format"]
 

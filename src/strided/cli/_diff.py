@@ -38,8 +38,7 @@ from ..jobs._engine import runner
 from ..jobs._pool import JobError, plan, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, one_line, safe, with_path
-from ._unreadable import UnreadableRefused, skipped_members
-from ._verify import CommandFailure, count_of
+from ._verify import CommandFailure, UnreadableRefused, count_of, skipped_members
 
 if TYPE_CHECKING:
     from ..jobs._checkpoint import Checkpoint

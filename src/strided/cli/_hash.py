@@ -12,7 +12,7 @@ from ..jobs._engine import runner
 from ..jobs._pool import plan, sharing, where
 from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line, unreadable_line
 from ._progress import Progress
-from ._unreadable import skipped_members
+from ._verify import skipped_members
 
 __all__ = ["run_hash"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .._core.dtype import DType
@@ -14,6 +15,7 @@ from ..jobs import _scan
 from ..jobs._checkpoint import Checkpoint, admit, has_dtype, open_checkpoint
 from ..jobs._engine import runner
 from ..jobs._pool import plan, sharing, where
+from ..jobs._unreadable import selected_unreadable, unreadable_error
 from ._manifest import read_manifest
 from ._progress import Progress
 from ._text import byte_size, index_text, safe, with_path
@@ -23,11 +25,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommandFailure",
+    "UnreadableRefused",
     "count_of",
     "exact_row",
     "header_row",
     "run_verify",
     "scan_checkpoint",
+    "skipped_members",
 ]
 
 
@@ -42,6 +46,28 @@ class CommandFailure(Exception):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+class UnreadableRefused(CommandFailure):
+    """A checkpoint holds members the command cannot read and ``--skip-unreadable`` was
+    not given: exit 1 in every command (``diff`` included: nothing was compared)."""
+
+
+def skipped_members(
+    checkpoint: Checkpoint, path: str, skip: bool, glob: str = "*"
+) -> dict[str, str]:
+    """The unreadable members (``name -> reason``, sorted by UTF-8 bytes) the command
+    covers: those matching ``glob``. Without ``skip`` any is an ``UnreadableRefused``
+    naming them; with it each is named on stderr and returned."""
+    found = selected_unreadable(checkpoint.unreadable, glob)
+    if found and not skip:
+        raise UnreadableRefused(with_path(path, unreadable_error(path, found)))
+    for name, reason in found.items():
+        print(
+            f"strided: {safe(path)}: skipped unreadable member {safe(repr(name))}: {safe(reason)}",
+            file=sys.stderr,
+        )
+    return found
 
 
 def scan_checkpoint(
@@ -145,9 +171,6 @@ def run_verify(args: argparse.Namespace) -> int:
     and with ``--manifest`` the digest of its stored bytes is checked against the
     manifest's ``*unreadable*:NAME`` line.
     """
-    # Imported here: ``_unreadable`` builds on this module's CommandFailure.
-    from ._unreadable import skipped_members
-
     manifest = _manifest(args.manifest) if args.manifest else None
     with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
         skipped = skipped_members(checkpoint, args.path, args.skip_unreadable)
