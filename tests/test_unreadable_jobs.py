@@ -12,6 +12,7 @@ NumPy and the ``safetensors`` package (what ``convert`` wrote), torch's own DCP 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import struct
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -373,3 +375,33 @@ def test_a_local_dask_cluster_gives_the_same_output(tmp_path: Path) -> None:
     assert remote.stderr == local.stderr
     refused = run("hash", str(path), "--scheduler", "local:2")
     assert refused.returncode == 1 and refused.stdout == "" and "'obj'" in refused.stderr
+
+
+def test_a_skipped_members_data_is_hashed_as_stored_never_inflated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deflated string member of 1 MiB whose stream is corrupt after 12,000 bytes:
+    inflating it would fail, hashing its stored bytes cannot."""
+    from tests.zipcraft import Entry, build
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros(1 << 18, dtype="<U1"))
+    content = buffer.getvalue()
+    encoder = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    stream = encoder.compress(content[:12_000]) + encoder.flush(zlib.Z_FULL_FLUSH)
+    stream += b"\x07" + bytes(7)  # a block of the reserved type 3
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(4, dtype=np.float32))
+    path = tmp_path / "lazy.npz"
+    path.write_bytes(
+        build(
+            [
+                Entry("s.npy", content, method=8, data=stream),
+                Entry("a.npy", buffer.getvalue(), method=8),
+            ]
+        )
+    )
+    status, out, _ = cli(capsys, "hash", str(path), "--skip-unreadable")
+    assert status == 0
+    assert f"{hashlib.sha256(stream).hexdigest()}  *unreadable*:s" in out.splitlines()
+    assert stored_bytes(path, "s.npy") == stream
