@@ -103,7 +103,8 @@ class Checkpoint(Mapping[str, Tensor]):
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
     ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``,
-    ``imports`` (the globals a pickle names, judged); ``close()`` or ``with`` releases
+    ``imports`` (the globals a pickle names, judged), ``unreadable`` (members the file
+    holds but strided cannot read) and ``unreadable_digest(name)``; ``close()`` or ``with`` releases
     the reader (tensors already loaded stay valid).
     """
 
