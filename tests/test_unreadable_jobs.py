@@ -405,3 +405,31 @@ def test_a_skipped_members_data_is_hashed_as_stored_never_inflated(
     assert status == 0
     assert f"{hashlib.sha256(stream).hexdigest()}  *unreadable*:s" in out.splitlines()
     assert stored_bytes(path, "s.npy") == stream
+
+
+_MEMORY_CHILD = """
+import json, re, sys
+import strided as st
+def anonymous():
+    return int(re.search(r"RssAnon:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+with st.open_checkpoint(sys.argv[1]) as checkpoint:
+    before = anonymous()
+    digest = checkpoint.digest(skip_unreadable=True)
+    member = checkpoint.unreadable_digest("s")
+    print(json.dumps({"grew_kib": anonymous() - before, "member": member, "digest": digest}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_large_skipped_member_is_hashed_in_place(tmp_path: Path) -> None:
+    """64 MiB of a stored string member: hashed from the mapping, no copy of it made."""
+    path = tmp_path / "big.npz"
+    np.savez(path, w=np.ones(4, np.float32), s=np.zeros(1 << 24, dtype="<U1"))
+    found = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD, str(path)],
+        capture_output=True, text=True, timeout=300, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    result = json.loads(found.stdout)
+    assert result["member"] == hashlib.sha256(stored_bytes(path, "s.npy")).hexdigest()
+    assert result["grew_kib"] < 8 * 1024  # far below the member's 65,536 KiB
