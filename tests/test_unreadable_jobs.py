@@ -433,3 +433,19 @@ def test_a_large_skipped_member_is_hashed_in_place(tmp_path: Path) -> None:
     result = json.loads(found.stdout)
     assert result["member"] == hashlib.sha256(stored_bytes(path, "s.npy")).hexdigest()
     assert result["grew_kib"] < 8 * 1024  # far below the member's 65,536 KiB
+
+
+def test_save_gguf_of_a_checkpoint_refuses_or_skips_unreadable_members(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    source = sparse_like(tmp_path / "m.npz", np.savez)
+    out = tmp_path / "m.gguf"
+    with st.open_checkpoint(source) as checkpoint:
+        with pytest.raises(st.FormatError, match=r"2 members strided cannot read: 'format'"):
+            st.save_gguf(out, checkpoint)
+        assert not out.exists()
+        st.save_gguf(out, checkpoint, skip_unreadable=True)
+    reader = gguf.GGUFReader(out)
+    found = {tensor.name: np.array(tensor.data) for tensor in reader.tensors}
+    assert sorted(found) == ["ids", "w"]
+    np.testing.assert_array_equal(found["w"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(found["ids"], [3, 1, 2])
