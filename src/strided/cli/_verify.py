@@ -185,8 +185,8 @@ def run_verify(args: argparse.Namespace) -> int:
         stored = {name: checkpoint.unreadable_digest(name) for name in skipped}
     _print_rows(rows)
     nonfinite = [row for row in rows if row.get("nan") or row.get("inf")]
-    allowed = [row for row in nonfinite if _allowed(row["name"], args.allow_nonfinite)]
-    problems = [_problem(row, row in allowed) for row in nonfinite]
+    allowed = {row["name"] for row in nonfinite if _allowed(row["name"], args.allow_nonfinite)}
+    problems = [_problem(row, row["name"] in allowed) for row in nonfinite]
     skipped_values = [
         f"{safe(row['name'])}: {safe(row['dtype'])} values not scanned"
         for row in rows
