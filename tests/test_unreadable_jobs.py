@@ -449,3 +449,25 @@ def test_save_gguf_of_a_checkpoint_refuses_or_skips_unreadable_members(tmp_path:
     assert sorted(found) == ["ids", "w"]
     np.testing.assert_array_equal(found["w"], np.arange(6, dtype=np.float32).reshape(2, 3))
     np.testing.assert_array_equal(found["ids"], [3, 1, 2])
+
+
+@pytest.mark.parametrize(
+    ("unreadable", "message"),
+    [
+        ([], "'unreadable' must be an object of name -> digest"),
+        ({"obj": "00"}, "unreadable member 'obj': its digest must be 64 hex digits"),
+    ],
+)
+def test_a_malformed_unreadable_object_in_a_json_manifest_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], unreadable: Any, message: str
+) -> None:
+    path = sparse_like(tmp_path / "m.npz", np.savez)
+    document = json.loads(cli(capsys, "hash", str(path), "--skip-unreadable", "--json")[1])
+    document["unreadable"] = unreadable
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps(document))
+    status, out, err = cli(
+        capsys, "verify", str(path), "--skip-unreadable", "--manifest", str(manifest)
+    )
+    assert (status, out) == (1, "")
+    assert err == f"strided: {manifest}: {message}\n"

@@ -104,8 +104,8 @@ class Checkpoint(Mapping[str, Tensor]):
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
     ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``,
     ``imports`` (the globals a pickle names, judged), ``unreadable`` (members the file
-    holds but strided cannot read) and ``unreadable_digest(name)``; ``close()`` or ``with`` releases
-    the reader (tensors already loaded stay valid).
+    holds but strided cannot read) and ``unreadable_digest(name)``; ``close()`` or
+    ``with`` releases the reader (tensors already loaded stay valid).
     """
 
     __slots__ = (
