@@ -281,9 +281,9 @@ def test_commands_on_numpy_dtypes_leave_ml_dtypes_unloaded(
         }
         assert result.stdout.splitlines() == _hash_lines(expected)
     if args[0] == "verify":
-        assert result.stdout.splitlines()[-3:] == [
-            "f64: 1 NaN, 0 inf, first at [2]",
+        assert result.stdout.splitlines()[-3:] == [  # rows in name order
             "f16: 0 NaN, 1 inf, first at [3]",
+            "f64: 1 NaN, 0 inf, first at [2]",
             f"{a}: 12 tensors, 142 B: 2 tensors with NaN or inf",
         ]
     if args[0] == "diff":

@@ -6,6 +6,7 @@ on the chunking (oracles: ``math.fsum``, Python ints, exact fractions rounded on
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import shutil
@@ -122,6 +123,39 @@ def test_diff_on_the_cluster_matches_one_process(
     monkeypatch.setenv("STRIDED_PROGRESS", "1")
     args = ["diff", str(models["large"]), str(models["other"]), "--scheduler", address]
     assert run(capsys, *args)[2].rstrip().endswith("100.0%")
+
+
+def test_skipped_unreadable_members_on_the_cluster_match_one_process(
+    client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz with members strided cannot read: refused alike, and skipped alike (their
+    stored bytes' digests in hash, verify --manifest and diff)."""
+    address = client.scheduler.address
+    paths = []
+    for tag in ("csr", "csc"):
+        path = tmp_path / f"{tag}.npz"
+        np.savez_compressed(
+            path, w=np.arange(6, dtype=np.float32), format=np.array(tag),
+            obj=np.array([{"tag": tag}], dtype=object),
+        )  # fmt: skip
+        paths.append(str(path))
+    manifest = tmp_path / "csr.sha256"
+    manifest.write_text(run(capsys, "hash", paths[0], "--skip-unreadable")[1])
+    commands = [
+        ["hash", paths[0]],
+        ["hash", paths[0], "--skip-unreadable", "--json"],
+        ["verify", paths[1], "--skip-unreadable", "--manifest", str(manifest)],
+        ["diff", *paths, "--skip-unreadable", "--json"],
+    ]
+    found = []
+    for command in commands:
+        local = run(capsys, *command)
+        assert run(capsys, *command, "--scheduler", address) == local, command
+        found.append(local)
+    assert [status for status, _, _ in found] == [1, 0, 1, 1]
+    assert "'obj'" in found[0][2] and found[0][1] == ""
+    assert "*unreadable*:format: digest differs from the manifest" in found[2][1]
+    assert json.loads(found[3][1])["unreadable"]["obj"]["status"] == "differs"
 
 
 def test_urls_on_the_cluster_match_one_process(

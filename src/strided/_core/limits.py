@@ -189,3 +189,6 @@ MAX_ADAPTER_MODULE_CHARS = 1024  # a module name matched against pattern keys (r
 MAX_PATTERN_CHARS = 256  # characters in one key
 MAX_PATTERN_STATES = 2000  # automaton states of one key, bounded repetitions unrolled
 MAX_PATTERN_DEPTH = 32  # groups nested inside each other in one key
+# Members a job's refusal names when a checkpoint holds some it cannot read (the rest
+# are counted, so one error line stays short; --skip-unreadable lists every one).
+MAX_UNREADABLE_NAMED = 8

@@ -8,6 +8,11 @@
 * A checkpoint's digest is the SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n``, one per
   tensor, names sorted by their UTF-8 bytes, with a backslash, newline or tab inside a
   name written ``\\\\``, ``\\n`` or ``\\t`` (as ``sha256sum`` escapes file names).
+* A member a checkpoint holds but strided cannot read (an ``.npz`` object array, a
+  distributed checkpoint's item that is not plain data), when a job is told to skip
+  it, has the SHA-256 of its stored bytes alone (``raw_digest``); it joins the
+  checkpoint's lines as ``*unreadable*:NAME\\tDIGEST`` (``UNREADABLE_PREFIX``), so two
+  files that differ only in such a member never hash alike.
 
 So a checkpoint's digest depends only on its tensors' names, dtypes, shapes and values:
 not on the file format, the shard split, the order of tensors or header keys, or
@@ -27,14 +32,19 @@ import numpy as np
 from .pieces import pieces
 
 __all__ = [
+    "UNREADABLE_PREFIX",
     "combine",
     "escape_name",
     "hash_array",
     "hash_pieces",
     "preamble",
+    "raw_digest",
     "sort_key",
     "stored_digest",
 ]
+
+UNREADABLE_PREFIX = "*unreadable*:"
+_RAW_PIECE = 1 << 24  # bytes hashed between progress reports
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t"}
 
@@ -88,6 +98,17 @@ def stored_digest(
     (``"Q4_K"``, ``"F4"``) and the logical row-major ``dims``.
     """
     return hash_array(type_name, dims, stored, report)
+
+
+def raw_digest(stored: np.ndarray[Any, Any], report: Callable[[int], None] | None = None) -> str:
+    """SHA-256 hex of the flat ``uint8`` array ``stored`` alone (no preamble: the bytes
+    have no dtype or shape strided knows), hashed in place a bounded piece at a time."""
+    digest = hashlib.sha256()
+    for start in range(0, stored.size, _RAW_PIECE):
+        digest.update(stored[start : start + _RAW_PIECE].data)
+        if report is not None:
+            report(min(start + _RAW_PIECE, stored.size))
+    return digest.hexdigest()
 
 
 def escape_name(name: str) -> str:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES
 from .._core.version import VERSION
-from ._commands import add_scan, add_set_metadata
+from ._commands import add_allow_nonfinite, add_scan, add_set_metadata, add_skip_unreadable
 from ._merge_args import COMMANDS, add_merges
 from ._text import job_error, one_line, with_path
 
@@ -299,6 +299,8 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     verify.add_argument(
         "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
     )
+    add_allow_nonfinite(verify)
+    add_skip_unreadable(verify, "with --manifest their stored bytes' digests are checked")
     _add_jobs(verify, scheduler=True)
     _add_expanded(verify)
     _add_lenient(verify)
@@ -319,6 +321,7 @@ def _add_verify_and_hash(commands: _Commands) -> None:
     )
     hashing.add_argument("path", metavar="PATH", help=_PATH)
     hashing.add_argument("--json", action="store_true", help="print one JSON document")
+    add_skip_unreadable(hashing, "each gets a line 'DIGEST  *unreadable*:NAME' (its stored bytes)")
     _add_jobs(hashing, scheduler=True)
     _add_expanded(hashing)
     _add_lenient(hashing)
@@ -348,6 +351,7 @@ def _add_diff(commands: _Commands) -> None:
         "--ignore-metadata", action="store_true", help="compare tensors only, not metadata"
     )
     diff.add_argument("--json", action="store_true", help="print one JSON document")
+    add_skip_unreadable(diff, "their stored bytes' digests are compared")
     _add_jobs(diff, scheduler=True)
     _add_expanded(diff)
     _add_lenient(diff)
@@ -402,6 +406,7 @@ def _add_convert(commands: _Commands) -> None:
         action="store_true",
         help="replace an existing DST (a file by a file, a shard folder by a shard folder)",
     )
+    add_skip_unreadable(convert, "the readable tensors are written")
     _add_jobs(convert)
     _add_expanded(convert)
     _add_lenient(convert)

@@ -12,7 +12,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Runner", "add_scan", "add_set_metadata"]
+__all__ = [
+    "Runner",
+    "add_allow_nonfinite",
+    "add_scan",
+    "add_set_metadata",
+    "add_skip_unreadable",
+]
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -86,3 +92,27 @@ def add_scan(commands: Any, command: Callable[..., argparse.ArgumentParser], run
     scan.add_argument("path", metavar="PATH", nargs="+", help="checkpoints to scan")
     scan.add_argument("--json", action="store_true", help="print one JSON document")
     scan.set_defaults(run=run)
+
+
+def add_skip_unreadable(command: argparse.ArgumentParser, what: str) -> None:
+    """The ``--skip-unreadable`` option (``cli._unreadable``); ``what`` says what the
+    command records of the members it skips."""
+    command.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="go on past members strided cannot read (an .npz object or string array, a "
+        "distributed checkpoint item that is not plain data), naming each on stderr "
+        f"(without it they stop the command, exit 1); {what}",
+    )
+
+
+def add_allow_nonfinite(command: argparse.ArgumentParser) -> None:
+    """``verify --allow-nonfinite GLOB``: tensors that may hold NaN or infinity."""
+    command.add_argument(
+        "--allow-nonfinite",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="tensors matching this glob may hold NaN or inf: still reported, no longer a "
+        "failure (repeatable; Lightning's ModelCheckpoint stores kth_value as inf)",
+    )

@@ -20,7 +20,7 @@ from ..jobs._gguf_plan import gguf_key_values, plan_gguf
 from ..jobs._pool import Runner, sharing, where
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
-from ._verify import CommandFailure, count_of
+from ._verify import CommandFailure, count_of, skipped_members
 
 __all__ = ["run_convert", "target_format"]
 
@@ -38,6 +38,12 @@ def run_convert(args: argparse.Namespace) -> int:
     shard folder, once the new one is complete. An expanded view (logical size more
     than 2^20 x its stored bytes) is refused before anything is read unless
     ``--allow-expanded``; allowed, its logical values are written.
+
+    A member of SRC that strided cannot read (an ``.npz`` object array, a distributed
+    checkpoint's item that is not plain data) and that ``--name`` selects stops the
+    command before anything is written unless ``--skip-unreadable``: then the readable
+    tensors are written, and each skipped member is named on stderr and counted in the
+    summary line.
 
     A ``.gguf`` DST is written by ``_write_gguf`` (``--dtype`` may then be a block type,
     ``--keep`` exempts tensors, ``--max-shard-size`` writes split parts beside DST).
@@ -65,18 +71,21 @@ def run_convert(args: argparse.Namespace) -> int:
         names = [name for name in checkpoint if fnmatch.fnmatchcase(name, args.name)]
         if not names and len(checkpoint):
             raise CommandFailure(f"{safe(args.path)}: no tensor matches {safe(repr(args.name))}")
+        skipped = skipped_members(checkpoint, args.path, args.skip_unreadable, args.name)
+        note = f", {count_of(len(skipped), 'unreadable member')} skipped" if skipped else ""
         if target in ("npy", "json"):
             _write_one(args, checkpoint, names, target)
-            print(f"{safe(args.path)} -> {safe(args.dst)}: 1 tensor")
+            print(f"{safe(args.path)} -> {safe(args.dst)}: 1 tensor{note}")
             return 0
         if target == "gguf":
             written = _write_gguf(args, checkpoint, names)
             parts = f" in {len(written)} parts" if len(written) > 1 else ""
-            print(f"{safe(args.path)} -> {safe(args.dst)}: {count_of(len(names), 'tensor')}{parts}")
+            counted = count_of(len(names), "tensor")
+            print(f"{safe(args.path)} -> {safe(args.dst)}: {counted}{parts}{note}")
             return 0
         written = _write_safetensors(args, checkpoint, names)
     shards = f" in {len(written) - 1} shards" if len(written) > 2 else ""
-    print(f"{safe(args.path)} -> {safe(args.dst)}: {count_of(len(names), 'tensor')}{shards}")
+    print(f"{safe(args.path)} -> {safe(args.dst)}: {count_of(len(names), 'tensor')}{shards}{note}")
     return 0
 
 

@@ -11,6 +11,14 @@ ignored) every metadata key is equal, 1 when anything compared differs, 2 on bad
 or unreadable input (the ``diff``/``cmp`` convention). A tensor to compare that is an
 expanded view on either side (logical size more than 2^20 x its stored bytes) is such
 trouble unless ``--allow-expanded``, and is refused before any value is read.
+
+A member either side holds but strided cannot read (an ``.npz`` object array, a
+distributed checkpoint's item that is not plain data) stops the comparison before
+anything is read (exit 1: nothing can be said to match) unless ``--skip-unreadable``:
+then such members are compared by the digests of their stored bytes: ``identical``,
+``differs``, ``only in A``, ``only in B``, or ``kind differs`` against a tensor of the
+same name, under ``"unreadable"`` in ``--json`` (``{name: {"status", "a", "b"}}``,
+each side its ``digest`` or, for a tensor, its ``dtype`` and ``shape``).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from ..jobs._engine import runner
 from ..jobs._pool import JobError, plan, sharing, where
 from ._progress import Progress
 from ._text import index_text, job_error, one_line, safe, with_path
-from ._verify import CommandFailure, count_of
+from ._verify import CommandFailure, UnreadableRefused, count_of, skipped_members
 
 if TYPE_CHECKING:
     from ..jobs._checkpoint import Checkpoint
@@ -42,20 +50,26 @@ def run_diff(args: argparse.Namespace) -> int:
     """Print the comparison (a table, or JSON with ``--json``); exit 0, 1 or 2."""
     tolerance = Tolerance(args.atol, args.rtol, args.ulp)
     try:
-        entries, metadata = _compare(args, tolerance)
+        entries, members, metadata = _compare(args, tolerance)
     except JobError as error:
         raise CommandFailure(job_error(error), status=2) from None
+    except UnreadableRefused:
+        raise
     except CommandFailure as failure:
         raise CommandFailure(str(failure), status=2) from None
     same_tensors = all(entry["status"] in ("identical", "equal") for entry in entries.values())
+    same_members = all(entry["status"] == "identical" for entry in members.values())
     same_metadata = metadata is None or all(e["status"] == "equal" for e in metadata.values())
-    same = same_tensors and same_metadata
+    same = same_tensors and same_members and same_metadata
     if args.json:
-        document = {"tensors": entries, "metadata": metadata, "same": same}
+        document: dict[str, Any] = {"tensors": entries}
+        if members:
+            document["unreadable"] = members
+        document.update(metadata=metadata, same=same)
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
     else:
-        _print_table(args, entries, metadata)
-        print(_verdict(entries, metadata, same_tensors, same_metadata))
+        _print_table(args, entries, members, metadata)
+        print(_verdict(entries, members, metadata, same_tensors and same_members, same_metadata))
     return 0 if same else 1
 
 
@@ -69,22 +83,57 @@ def _open(path: str, lenient: bool) -> Checkpoint:
 Entries = dict[str, dict[str, Any]]
 
 
-def _compare(args: argparse.Namespace, tolerance: Tolerance) -> tuple[Entries, Entries | None]:
-    """Tensor entries, and metadata entries (None with ``--ignore-metadata``)."""
+def _compare(
+    args: argparse.Namespace, tolerance: Tolerance
+) -> tuple[Entries, Entries, Entries | None]:
+    """Tensor entries, skipped unreadable members' entries, and metadata entries (None
+    with ``--ignore-metadata``)."""
     with _open(args.path, args.lenient) as a, _open(args.other, args.lenient) as b:
+        skipped_a = skipped_members(a, args.path, args.skip_unreadable, args.name)
+        skipped_b = skipped_members(b, args.other, args.skip_unreadable, args.name)
         try:
-            entries = _entries(args, tolerance, a, b)
+            members = _members(a, b, skipped_a, skipped_b)
+            entries = _entries(args, tolerance, a, b, members)
             if args.ignore_metadata:
-                return entries, None
-            return entries, _diff.metadata_entries(a, b, 200 if args.json else _TABLE_TEXT)
+                return entries, members, None
+            limit = 200 if args.json else _TABLE_TEXT
+            return entries, members, _diff.metadata_entries(a, b, limit)
         except (DataError, OSError, UnicodeError) as error:
             raise CommandFailure(with_path(f"{args.path} / {args.other}", error)) from None
 
 
+def _members(
+    a: Checkpoint, b: Checkpoint, skipped_a: dict[str, str], skipped_b: dict[str, str]
+) -> Entries:
+    """The skipped unreadable members of either side, by name (UTF-8 bytes order),
+    compared by the digests of their stored bytes."""
+    entries: Entries = {}
+    for name in sorted(skipped_a.keys() | skipped_b.keys(), key=sort_key):
+        sides: dict[str, dict[str, Any]] = {}
+        for key, checkpoint, skipped in (("a", a, skipped_a), ("b", b, skipped_b)):
+            if name in skipped:
+                sides[key] = {"digest": checkpoint.unreadable_digest(name)}
+            elif name in checkpoint:
+                info = checkpoint.info(name)
+                sides[key] = {"dtype": info.dtype, "shape": list(info.shape)}
+        if len(sides) == 1:
+            status = "only in A" if "a" in sides else "only in B"
+        elif name not in skipped_a or name not in skipped_b:
+            status = "kind differs"  # a tensor on one side, an unreadable member on the other
+        else:
+            same = sides["a"]["digest"] == sides["b"]["digest"]
+            status = "identical" if same else "differs"
+        entries[name] = {"status": status, **sides}
+    return entries
+
+
 def _entries(
-    args: argparse.Namespace, tolerance: Tolerance, a: Checkpoint, b: Checkpoint
+    args: argparse.Namespace, tolerance: Tolerance, a: Checkpoint, b: Checkpoint, members: Entries
 ) -> dict[str, dict[str, Any]]:
-    names = {name for name in (*a, *b) if fnmatch.fnmatchcase(name, args.name)}
+    # A tensor facing an unreadable member of its name is reported with the members.
+    names = {
+        name for name in (*a, *b) if fnmatch.fnmatchcase(name, args.name) and name not in members
+    }
     entries: dict[str, dict[str, Any]] = {}
     compared: list[tuple[str, int, int]] = []
     raw: set[str] = set()
@@ -187,11 +236,32 @@ def _details(entry: dict[str, Any]) -> str:
 _TABLE_TEXT = 60  # characters of a metadata value shown in the table
 
 
-def _print_table(args: argparse.Namespace, entries: Entries, metadata: Entries | None) -> None:
+def _member_details(entry: dict[str, Any]) -> str:
+    """``stored bytes sha256 0123… vs 4567…``, or a tensor's dtype and shape."""
+    sides = []
+    for key in ("a", "b"):
+        side = entry.get(key)
+        if side is None:
+            continue
+        if "digest" in side:
+            sides.append(f"sha256 {side['digest'][:16]}…")
+        else:
+            sides.append(f"tensor {safe(side['dtype'])} {index_text(side['shape'])}")
+    shown = sides[:1] if entry["status"] == "identical" else sides
+    return "stored bytes " + " vs ".join(shown)
+
+
+def _print_table(
+    args: argparse.Namespace, entries: Entries, members: Entries, metadata: Entries | None
+) -> None:
     print(f"A: {safe(args.path)}")
     print(f"B: {safe(args.other)}")
     lines = [("status", "name", "details")]
     lines += [(entry["status"], safe(name), _details(entry)) for name, entry in entries.items()]
+    lines += [
+        (f"unreadable {entry['status']}", safe(name), _member_details(entry))
+        for name, entry in members.items()
+    ]
     for key, entry in (metadata or {}).items():
         if entry["status"] != "equal":
             lines.append((f"metadata {entry['status']}", safe(key), _metadata_details(entry)))
@@ -201,14 +271,26 @@ def _print_table(args: argparse.Namespace, entries: Entries, metadata: Entries |
 
 
 def _verdict(
-    entries: Entries, metadata: Entries | None, same_tensors: bool, same_metadata: bool
+    entries: Entries,
+    members: Entries,
+    metadata: Entries | None,
+    same_tensors: bool,
+    same_metadata: bool,
 ) -> str:
-    """``3 tensors: 3 identical; 5 metadata keys: 5 equal: tensors and metadata match``."""
+    """``3 tensors: 3 identical; 5 metadata keys: 5 equal: tensors and metadata match``
+    (skipped unreadable members, when any, counted after the tensors and judged with
+    them)."""
     counts = {status: 0 for status in _diff.STATUSES}
     for entry in entries.values():
         counts[entry["status"]] += 1
     found = ", ".join(f"{count} {status}" for status, count in counts.items() if count)
     parts = [f"{count_of(len(entries), 'tensor')}: {found or 'none'}"]
+    if members:
+        counts = {status: 0 for status in _diff.STATUSES}
+        for entry in members.values():
+            counts[entry["status"]] += 1
+        found = ", ".join(f"{count} {status}" for status, count in counts.items() if count)
+        parts[0] += f"; {count_of(len(members), 'unreadable member')}: {found}"
     if metadata is None:
         verdict = "tensors match" if same_tensors else "tensors differ"
         return f"{parts[0]}: {verdict} (metadata not compared)"

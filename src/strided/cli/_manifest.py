@@ -10,8 +10,14 @@ reads back exactly and none can drive a terminal. A name starting with ``*`` is 
 the same way (its line starts with a backslash), so no tensor line reads as one of
 the two ``*...*`` lines.
 
+A member the checkpoint holds but strided cannot read, skipped with
+``--skip-unreadable``, has a line ``DIGEST  *unreadable*:NAME`` (the SHA-256 of its
+stored bytes) after the tensors' lines. Its NAME is always written escaped (a
+backslash as ``\\\\``, the other escapes as above) and the line never starts with a
+backslash: a tensor line starting with ``*`` always does, so the two never mix.
+
 JSON: ``{"digest": ..., "metadata_digest": ..., "tensors": {name: {"dtype", "shape",
-"digest"}}}``.
+"digest"}}}``, and ``"unreadable": {name: digest}`` when members were skipped.
 
 Manifests written before metadata was digested (their last line ``DIGEST  PATH``, or
 JSON without ``"metadata_digest"``) still read: their tensors and checkpoint digest are
@@ -25,11 +31,19 @@ from typing import Any
 
 from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_MANIFEST_BYTES as _MAX_MANIFEST_BYTES
+from .._kernels.digest import UNREADABLE_PREFIX
 from .._kernels.strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
 from ._text import escape_char
 
-__all__ = ["CHECKPOINT_LINE", "METADATA_LINE", "Manifest", "escaped_line", "read_manifest"]
+__all__ = [
+    "CHECKPOINT_LINE",
+    "METADATA_LINE",
+    "Manifest",
+    "escaped_line",
+    "read_manifest",
+    "unreadable_line",
+]
 
 METADATA_LINE = "*metadata*"
 CHECKPOINT_LINE = "*checkpoint*"
@@ -55,6 +69,11 @@ def escaped_line(digest: str, name: str) -> str:
     return "\\" + digest + "  " + "".join(_escape(char) for char in name)
 
 
+def unreadable_line(digest: str, name: str) -> str:
+    """``DIGEST  *unreadable*:NAME`` for a skipped member, NAME always escaped."""
+    return f"{digest}  {UNREADABLE_PREFIX}" + "".join(_escape(char) for char in name)
+
+
 def _unescape(text: str, where: str) -> str:
     def one(match: re.Match[str]) -> str:
         if match.group(1):
@@ -71,13 +90,21 @@ def _unescape(text: str, where: str) -> str:
 
 
 class Manifest:
-    """Expected digests: ``tensors`` (name -> digest), the checkpoint ``digest`` and the
-    ``metadata_digest`` (None for a manifest written before metadata was digested)."""
+    """Expected digests: ``tensors`` (name -> digest), the checkpoint ``digest``, the
+    ``metadata_digest`` (None for a manifest written before metadata was digested) and
+    ``unreadable`` (name -> digest of the stored bytes of each skipped member)."""
 
-    def __init__(self, tensors: dict[str, str], digest: str, metadata_digest: str | None) -> None:
+    def __init__(
+        self,
+        tensors: dict[str, str],
+        digest: str,
+        metadata_digest: str | None,
+        unreadable: dict[str, str] | None = None,
+    ) -> None:
         self.tensors = tensors
         self.digest = digest
         self.metadata_digest = metadata_digest
+        self.unreadable = {} if unreadable is None else unreadable
 
 
 def read_manifest(path: str) -> Manifest:
@@ -120,11 +147,20 @@ def _from_text(text: str, path: str) -> Manifest:
     # Otherwise the last line names the checkpoint's path: written before metadata was
     # digested, so there is no metadata line to check.
     tensors: dict[str, str] = {}
-    for number, (name, found, _) in enumerate(body, 1):
+    unreadable: dict[str, str] = {}
+    for number, (name, found, escaped) in enumerate(body, 1):
+        if not escaped and name.startswith(UNREADABLE_PREFIX):
+            member = _unescape(name[len(UNREADABLE_PREFIX) :], f"{path}: line {number}")
+            if member in unreadable:
+                raise FormatError(
+                    f"{path}: line {number}: unreadable member {member[:80]!r} is listed twice"
+                )
+            unreadable[member] = found
+            continue
         if name in tensors:
             raise FormatError(f"{path}: line {number}: tensor {name[:80]!r} is listed twice")
         tensors[name] = found
-    return Manifest(tensors, digest, metadata)
+    return Manifest(tensors, digest, metadata, unreadable)
 
 
 def _from_json(document: Any, path: str) -> Manifest:
@@ -142,4 +178,17 @@ def _from_json(document: Any, path: str) -> Manifest:
         if type(found) is not str or not _HEX.fullmatch(found):
             raise FormatError(f"{path}: tensor {name[:80]!r}: 'digest' must be 64 hex digits")
         tensors[name] = found
-    return Manifest(tensors, digest, metadata)
+    return Manifest(tensors, digest, metadata, _unreadable_object(document, path))
+
+
+def _unreadable_object(document: dict[str, Any], path: str) -> dict[str, str]:
+    """The ``"unreadable"`` object of a JSON manifest (``{}`` when absent)."""
+    found = document.get("unreadable", {})
+    if type(found) is not dict:
+        raise FormatError(f"{path}: 'unreadable' must be an object of name -> digest")
+    for name, digest in found.items():
+        if type(digest) is not str or not _HEX.fullmatch(digest):
+            raise FormatError(
+                f"{path}: unreadable member {name[:80]!r}: its digest must be 64 hex digits"
+            )
+    return dict(found)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .._core.dtype import DType
 from .._core.errors import DataError
-from .._kernels.digest import combine
+from .._kernels.digest import UNREADABLE_PREFIX, combine, sort_key
 from .._kernels.exact_stats import Totals, summary
 from ..jobs import _scan
 from ..jobs._checkpoint import Checkpoint, admit, has_dtype, open_checkpoint
 from ..jobs._engine import runner
 from ..jobs._pool import plan, sharing, where
+from ..jobs._unreadable import selected_unreadable, unreadable_error
 from ._manifest import read_manifest
 from ._progress import Progress
 from ._text import byte_size, index_text, safe, with_path
@@ -22,11 +25,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommandFailure",
+    "UnreadableRefused",
     "count_of",
     "exact_row",
     "header_row",
     "run_verify",
     "scan_checkpoint",
+    "skipped_members",
 ]
 
 
@@ -41,6 +46,28 @@ class CommandFailure(Exception):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+class UnreadableRefused(CommandFailure):
+    """A checkpoint holds members the command cannot read and ``--skip-unreadable`` was
+    not given: exit 1 in every command (``diff`` included: nothing was compared)."""
+
+
+def skipped_members(
+    checkpoint: Checkpoint, path: str, skip: bool, glob: str = "*"
+) -> dict[str, str]:
+    """The unreadable members (``name -> reason``, sorted by UTF-8 bytes) the command
+    covers: those matching ``glob``. Without ``skip`` any is an ``UnreadableRefused``
+    naming them; with it each is named on stderr and returned."""
+    found = selected_unreadable(checkpoint.unreadable, glob)
+    if found and not skip:
+        raise UnreadableRefused(with_path(path, unreadable_error(path, found)))
+    for name, reason in found.items():
+        print(
+            f"strided: {safe(path)}: skipped unreadable member {safe(repr(name))}: {safe(reason)}",
+            file=sys.stderr,
+        )
+    return found
 
 
 def scan_checkpoint(
@@ -127,19 +154,27 @@ def _unravel(flat: int, shape: Any) -> list[int]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Exit 0 only when every tensor was read and scanned, none holds NaN or infinity,
-    and (with ``--manifest``) every digest matches, the metadata digest included.
+    """Exit 0 only when every tensor was read and scanned, none holds NaN or infinity
+    (unless its name matches an ``--allow-nonfinite`` glob: then it is still reported,
+    marked allowed), and (with ``--manifest``) every digest matches, the metadata
+    digest included. Rows are in name order (UTF-8 bytes). Metadata values are data,
+    never judged (an ``inf`` hyper-parameter is no problem).
 
     A manifest written before metadata was digested (no ``*metadata*`` line or
     ``"metadata_digest"`` key) checks the tensors only, and the output says the
     metadata was not checked.
 
     A tensor whose stored type strided cannot decode is validated structurally (and
-    hashed) but not scanned; it is listed, counted, and makes the exit status 1.
+    hashed) but not scanned; it is listed, counted, and makes the exit status 1. A
+    member strided cannot read at all (``Checkpoint.unreadable``) stops the command
+    before anything is read unless ``--skip-unreadable``; then it is named on stderr,
+    and with ``--manifest`` the digest of its stored bytes is checked against the
+    manifest's ``*unreadable*:NAME`` line.
     """
     manifest = _manifest(args.manifest) if args.manifest else None
     with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
-        names = list(checkpoint)
+        skipped = skipped_members(checkpoint, args.path, args.skip_unreadable)
+        names = sorted(checkpoint, key=sort_key)
         found = scan_checkpoint(
             checkpoint, args.path, names, manifest is not None, args.jobs, "verify",
             args.scheduler, args.allow_expanded, args.lenient,
@@ -147,23 +182,26 @@ def run_verify(args: argparse.Namespace) -> int:
         rows = [exact_row(checkpoint, name, found[name][1]) for name in names]
         total = sum(checkpoint.info(name).byte_len for name in names)
         metadata = checkpoint.metadata_digest() if manifest is not None else None
+        stored = {name: checkpoint.unreadable_digest(name) for name in skipped}
     _print_rows(rows)
-    problems = [_problem(row) for row in rows if row.get("nan") or row.get("inf")]
-    skipped = [
+    nonfinite = [row for row in rows if row.get("nan") or row.get("inf")]
+    allowed = {row["name"] for row in nonfinite if _allowed(row["name"], args.allow_nonfinite)}
+    problems = [_problem(row, row["name"] in allowed) for row in nonfinite]
+    skipped_values = [
         f"{safe(row['name'])}: {safe(row['dtype'])} values not scanned"
         for row in rows
         if "min" not in row
     ]
     states = []
-    if problems:
-        states.append(f"{count_of(len(problems), 'tensor')} with NaN or inf")
-    if skipped:
-        states.append(f"{len(skipped)} of {len(names)} tensors not scanned")
-    lines = problems + skipped
+    if len(nonfinite) > len(allowed):
+        states.append(f"{count_of(len(nonfinite) - len(allowed), 'tensor')} with NaN or inf")
+    if skipped_values:
+        states.append(f"{len(skipped_values)} of {len(names)} tensors not scanned")
+    lines = problems + skipped_values
     matched = ""
     if manifest is not None:
         digests = {name: found[name][0] or "" for name in names}
-        manifest_lines, manifest_states = _check(manifest, digests)
+        manifest_lines, manifest_states = _check(manifest, digests, stored)
         lines += manifest_lines
         states += manifest_states
         assert metadata is not None
@@ -175,8 +213,18 @@ def run_verify(args: argparse.Namespace) -> int:
     for line in lines:
         print(line)
     state = ", ".join(states) if states else "clean" + matched
-    print(f"{safe(args.path)}: {count_of(len(names), 'tensor')}, {byte_size(total)}: {state}")
+    if allowed:
+        state += f" ({count_of(len(allowed), 'tensor')} with NaN or inf allowed)"
+    members = f", {count_of(len(skipped), 'unreadable member')} skipped" if skipped else ""
+    print(
+        f"{safe(args.path)}: {count_of(len(names), 'tensor')}, {byte_size(total)}{members}: {state}"
+    )
     return 1 if states else 0
+
+
+def _allowed(name: str, globs: list[str]) -> bool:
+    """Whether ``--allow-nonfinite`` accepts NaN and infinity in tensor ``name``."""
+    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
 
 
 def _manifest(path: str) -> Manifest:
@@ -187,32 +235,45 @@ def _manifest(path: str) -> Manifest:
         raise CommandFailure(with_path(path, error)) from None
 
 
-def _problem(row: dict[str, Any]) -> str:
+def _problem(row: dict[str, Any], allowed: bool) -> str:
     first = index_text(row["first_nonfinite"])
-    return f"{safe(row['name'])}: {row['nan']} NaN, {row['inf']} inf, first at {first}"
+    note = " (allowed by --allow-nonfinite)" if allowed else ""
+    return f"{safe(row['name'])}: {row['nan']} NaN, {row['inf']} inf, first at {first}{note}"
 
 
-def _check(manifest: Manifest, digests: dict[str, str]) -> tuple[list[str], list[str]]:
-    """Lines naming each mismatched, missing and unexpected tensor, and the summary parts."""
-    expected = manifest.tensors
-    differ = sorted(
-        name for name in digests if name in expected and expected[name] != digests[name]
-    )
-    missing = sorted(name for name in expected if name not in digests)
-    unexpected = sorted(name for name in digests if name not in expected)
-    lines = [f"{safe(name)}: digest differs from the manifest" for name in differ]
-    lines += [f"{safe(name)}: in the manifest, missing from the checkpoint" for name in missing]
-    lines += [f"{safe(name)}: not in the manifest" for name in unexpected]
-    states = []
-    if differ:
-        states.append(
-            f"{len(differ)} digest differs" if len(differ) == 1 else f"{len(differ)} digests differ"
+def _check(
+    manifest: Manifest, digests: dict[str, str], stored: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """Lines naming each mismatched, missing and unexpected tensor (then each skipped
+    unreadable member, by the digest of its stored bytes), and the summary parts."""
+    lines: list[str] = []
+    counts = [0, 0, 0]  # differ, missing, unexpected
+    for expected, found, label in (
+        (manifest.tensors, digests, ""),
+        (manifest.unreadable, stored, UNREADABLE_PREFIX),
+    ):
+        differ = sorted(
+            (name for name in found if name in expected and expected[name] != found[name]),
+            key=sort_key,
         )
-    if missing:
-        states.append(f"{len(missing)} missing")
-    if unexpected:
-        states.append(f"{len(unexpected)} unexpected")
-    if not states and combine(digests.items()) != manifest.digest:
+        missing = sorted((name for name in expected if name not in found), key=sort_key)
+        unexpected = sorted((name for name in found if name not in expected), key=sort_key)
+        lines += [f"{safe(label + name)}: digest differs from the manifest" for name in differ]
+        lines += [
+            f"{safe(label + name)}: in the manifest, missing from the checkpoint"
+            for name in missing
+        ]
+        lines += [f"{safe(label + name)}: not in the manifest" for name in unexpected]
+        for index, group in enumerate((differ, missing, unexpected)):
+            counts[index] += len(group)
+    differing = "digest differs" if counts[0] == 1 else "digests differ"
+    states = [
+        f"{count} {what}"
+        for count, what in zip(counts, (differing, "missing", "unexpected"), strict=True)
+        if count
+    ]
+    pairs = [*digests.items(), *((UNREADABLE_PREFIX + n, d) for n, d in stored.items())]
+    if not states and combine(pairs) != manifest.digest:
         lines.append("the checkpoint digest differs from the manifest's (its last line)")
         states.append("checkpoint digest differs")
     return lines, states

@@ -86,6 +86,7 @@ class DcpFile(TensorNames):
         "_path",
         "_tensors",
         "_unreadable",
+        "_unreadable_spans",
         "imports",
     )
 
@@ -111,12 +112,14 @@ class DcpFile(TensorNames):
         self._by_name = dict.fromkeys(layout.tensors)
         self._metadata: dict[str, Any] = {}
         self._unreadable: dict[str, str] = {}
+        self._unreadable_spans: dict[str, Span] = {}
         for fqn, span in layout.items.items():
             value, reason = self._item(fqn, span, budget)
             if reason is None:
                 self._metadata[fqn] = value
             else:
                 self._unreadable[fqn] = reason
+                self._unreadable_spans[fqn] = span
 
     @property
     def path(self) -> str:
@@ -132,6 +135,16 @@ class DcpFile(TensorNames):
     def unreadable(self) -> dict[str, str]:
         """``{name: reason}`` of the non-tensor items that are not plain data."""
         return dict(self._unreadable)
+
+    def unreadable_stored(self, name: str) -> np.ndarray[Any, Any]:
+        """The bytes of an unreadable item's span (its whole ``torch.save`` archive) as
+        stored: a zero-copy read-only flat ``uint8`` view of the mapped file, for digests
+        of what was not read. IndexingError for a name that is not an unreadable item;
+        FormatError once closed."""
+        span = self._unreadable_spans.get(name) if type(name) is str else None
+        if span is None:
+            raise IndexingError(f"{self._path}: no unreadable item named {str(name)[:80]!r}")
+        return self._span(span)
 
     def info(self, name: str) -> tuple[str, Shape]:
         """``(dtype_name, shape)`` of a tensor, from ``.metadata`` alone."""

@@ -117,7 +117,7 @@ class NpzFile(TensorNames):
     the archive; tensors already read stay valid.
     """
 
-    __slots__ = ("_copy", "_path", "_raw", "_unreadable")
+    __slots__ = ("_copy", "_path", "_raw", "_unreadable", "_unreadable_members")
 
     def __init__(
         self,
@@ -125,14 +125,15 @@ class NpzFile(TensorNames):
         raw: np.ndarray[Any, Any],
         entries: dict[str, _Entry],
         copy: bool,
-        unreadable: dict[str, str],
+        unreadable: dict[str, tuple[str, ZipMember]],
     ) -> None:
         """Private: use ``open_npz``."""
         self._path = path
         self._raw: np.ndarray[Any, Any] | None = raw
         self._by_name: dict[str, _Entry] = entries
         self._copy = copy
-        self._unreadable = unreadable
+        self._unreadable = {name: reason for name, (reason, _) in unreadable.items()}
+        self._unreadable_members = {name: member for name, (_, member) in unreadable.items()}
 
     @property
     def path(self) -> str:
@@ -150,6 +151,17 @@ class NpzFile(TensorNames):
         archive order (``{"format": "string array (<U3): no strided dtype"}``); their
         names are not in ``keys()``."""
         return dict(self._unreadable)
+
+    def unreadable_stored(self, name: str) -> np.ndarray[Any, Any]:
+        """The bytes an unreadable member occupies in the archive, exactly as stored
+        (a deflated member's compressed stream, never inflated): a zero-copy read-only
+        flat ``uint8`` view of the mapped file, for digests of what was not read.
+        IndexingError for a name that is not an unreadable member (or once closed)."""
+        member = self._unreadable_members.get(name) if type(name) is str else None
+        raw = self._raw
+        if member is None or raw is None:
+            raise IndexingError(f"{self._path}: no unreadable member named {str(name)[:80]!r}")
+        return raw[member.data_offset : member.data_offset + member.compressed_size]
 
     def info(self, name: str) -> tuple[str, Shape]:
         """``(dtype_name, shape)`` of a tensor, from its validated header alone."""
@@ -191,6 +203,7 @@ class NpzFile(TensorNames):
         super().close()
         self._raw = None
         self._unreadable = {}
+        self._unreadable_members = {}
 
     def _lookup(self, name: object) -> _Entry:
         if type(name) is str:
@@ -228,7 +241,7 @@ def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
         raw = map_file(file, size, where)
     members = read_zip(raw, where, methods=_METHODS)
     entries: dict[str, _Entry] = {}
-    unreadable: dict[str, str] = {}
+    unreadable: dict[str, tuple[str, ZipMember]] = {}
     for member_name, member in members.items():
         shown = f"{where}: member {member_name[:80]!r}"
         if not member_name.endswith(_SUFFIX):
@@ -236,7 +249,7 @@ def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
         name = member_name[: -len(_SUFFIX)]
         header = _member_header(raw, member, shown)
         if isinstance(header, str):
-            unreadable[name] = header
+            unreadable[name] = (header, member)
         else:
             entries[name] = _Entry(member, header, shown)
     return NpzFile(where, raw, entries, copy, unreadable)

@@ -20,7 +20,14 @@ from .._core.limits import MAX_EXPANSION
 from .._core.memory import guard_function, guard_methods
 from .._core.scalar import Scalar
 from .._core.shape import Shape
-from .._kernels.digest import combine, hash_array, hash_pieces, stored_digest
+from .._kernels.digest import (
+    UNREADABLE_PREFIX,
+    combine,
+    hash_array,
+    hash_pieces,
+    raw_digest,
+    stored_digest,
+)
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
 from ..io._budget import ParseBudget
@@ -34,6 +41,7 @@ from ..io._safetensors_header import DTYPE_BITS
 from ..io.dcp import DcpFile
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
 from ._metadata_text import metadata_digest
+from ._unreadable import unreadable_error
 
 __all__ = [
     "Checkpoint",
@@ -95,8 +103,9 @@ class Checkpoint(Mapping[str, Tensor]):
     strided cannot decode (``F4``, say) raises DTypeError (``info`` still describes it).
     ``keys()`` lists names in file order. ``format``, ``path``, ``metadata``,
     ``info(name)``, ``inspect(name, options)``, ``digest()``, ``metadata_digest()``,
-    ``imports`` (the globals a pickle names, judged); ``close()`` or ``with`` releases
-    the reader (tensors already loaded stay valid).
+    ``imports`` (the globals a pickle names, judged), ``unreadable`` (members the file
+    holds but strided cannot read) and ``unreadable_digest(name)``; ``close()`` or
+    ``with`` releases the reader (tensors already loaded stay valid).
     """
 
     __slots__ = (
@@ -160,6 +169,17 @@ class Checkpoint(Mapping[str, Tensor]):
         keys. ``{}`` for formats without such members, and once closed."""
         return dict(getattr(self._reader, "unreadable", {}))
 
+    def unreadable_digest(self, name: str) -> str:
+        """SHA-256 (64 lowercase hex digits) of the bytes unreadable member ``name``
+        occupies in the file, exactly as stored: an ``.npz`` member's stored or deflated
+        bytes (never inflated), a distributed checkpoint item's ``torch.save`` archive.
+        Nothing is decoded or unpickled. KeyError for a name not in ``unreadable``.
+        """
+        reader = self._open_reader()
+        if type(name) is not str or name not in getattr(reader, "unreadable", {}):
+            raise KeyError(name)
+        return raw_digest(reader.unreadable_stored(name))  # type: ignore[attr-defined]
+
     @property
     def metadata(self) -> dict[str, Any]:
         """A fresh copy of the checkpoint's metadata (``{}`` when it has none).
@@ -206,7 +226,7 @@ class Checkpoint(Mapping[str, Tensor]):
         tensor = self[name]
         return tensor.inspect() if options is None else tensor.inspect(options)
 
-    def digest(self, *, allow_expanded: bool = False) -> str:
+    def digest(self, *, allow_expanded: bool = False, skip_unreadable: bool = False) -> str:
         """The checkpoint's content digest: 64 lowercase hex digits.
 
         SHA-256 of the lines ``NAME\\tTENSOR_DIGEST\\n`` for every tensor, names sorted
@@ -222,9 +242,19 @@ class Checkpoint(Mapping[str, Tensor]):
         ``expand`` view) is a LimitError naming it, raised before any data is read,
         unless ``allow_expanded=True``: then it is hashed by its logical bytes like any
         tensor, which costs time in its logical size (memory stays bounded).
+
+        A checkpoint with ``unreadable`` members is a FormatError naming them (a digest
+        that left them out would vouch for what it never saw), unless
+        ``skip_unreadable=True``: then each adds the line ``*unreadable*:NAME\\tDIGEST``
+        (``unreadable_digest``), so files that differ only there digest differently.
         """
+        unreadable = self.unreadable
+        if unreadable and not skip_unreadable:
+            raise unreadable_error(self._path, unreadable)
         names = list(admit(self, self, allow_expanded))
-        return combine((name, digest_of(self, name)) for name in names)
+        pairs = [(name, digest_of(self, name)) for name in names]
+        pairs += [(UNREADABLE_PREFIX + name, self.unreadable_digest(name)) for name in unreadable]
+        return combine(pairs)
 
     def metadata_digest(self) -> str:
         """The metadata's digest: 64 lowercase hex digits, the same in every format.

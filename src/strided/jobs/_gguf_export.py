@@ -46,6 +46,7 @@ from ._checkpoint import Checkpoint, TensorInfo, has_dtype
 from ._export import _convert_distinct
 from ._gguf_plan import GGUFItem, gguf_key_values, plan_gguf
 from ._pool import JobError, Runner, loaded, opened
+from ._unreadable import unreadable_error
 from ._values import Source
 
 __all__ = ["gguf_task", "save_gguf", "write_gguf"]
@@ -318,6 +319,8 @@ def save_gguf(
     tensors: Mapping[str, Tensor] | Checkpoint,
     metadata: Mapping[str, Any] | None = None,
     types: str | Mapping[str, str] | None = None,
+    *,
+    skip_unreadable: bool = False,
 ) -> None:
     """Write ``tensors`` as a GGUF v3 file that llama.cpp, ``gguf.GGUFReader`` and
     strided read.
@@ -351,9 +354,17 @@ def save_gguf(
     the inputs stays a few MiB); the write is atomic (a temporary file renamed onto
     ``path``, which is replaced if it exists), so on any error ``path`` is left as it
     was. Nothing is shared with the inputs.
+
+    A Checkpoint holding members strided cannot read (``Checkpoint.unreadable``: an
+    ``.npz`` object array, a distributed checkpoint's item that is not plain data) is a
+    FormatError naming them, before anything is written, unless ``skip_unreadable=True``
+    (``strided convert --skip-unreadable``): then its readable tensors are written.
     """
     where = label(path)
     checkpoint = tensors if isinstance(tensors, Checkpoint) else _in_memory(tensors, where)
+    unreadable = checkpoint.unreadable
+    if unreadable and not skip_unreadable:
+        raise unreadable_error(checkpoint.path, unreadable)
     names = list(checkpoint)
     items = plan_gguf(checkpoint, names, types)
     file_type = types if isinstance(types, str) else None
