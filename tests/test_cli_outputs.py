@@ -3,6 +3,10 @@ their nouns, honest warnings, and help that states its defaults."""
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +36,45 @@ def long_names(tmp_path: Path) -> Path:
     return path
 
 
+def _on_a_terminal(path: Path, columns: int) -> str:
+    """What ``strided inspect PATH`` prints to a real terminal (a pseudo-terminal) of
+    COLUMNS columns."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "strided", "inspect", str(path)],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    ) as child:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert child.wait(timeout=120) == 0
+    os.close(leader)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
 def test_table_fits_the_terminal_width(
     long_names: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert len(LONG) > 200
-    monkeypatch.delenv("COLUMNS", raising=False)
-    status, out, _ = cli(capsys, "inspect", str(long_names))
-    assert status == 0 and any(LONG in line for line in out.splitlines())  # a pipe: whole
-    monkeypatch.setenv("COLUMNS", "160")
-    status, out, _ = cli(capsys, "inspect", str(long_names))
-    lines = out.splitlines()
-    assert status == 0 and max(len(line) for line in lines) <= 160
+    for columns in (None, "60"):  # a pipe: whole names, whatever COLUMNS says
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        status, out, _ = cli(capsys, "inspect", str(long_names))
+        assert status == 0 and any(LONG in line for line in out.splitlines())
+    lines = _on_a_terminal(long_names, 160).splitlines()
+    assert max(len(line) for line in lines) <= 160
     table = lines[lines.index(next(line for line in lines if line.startswith("name"))) + 1 :]
     pieces = []
     for line in table:
@@ -50,9 +82,8 @@ def test_table_fits_the_terminal_width(
         if "F32" in line:
             break
     assert "".join(pieces) == LONG  # wrapped, never cut
-    monkeypatch.setenv("COLUMNS", "10")  # a sane minimum: names keep a usable column
-    status, out, _ = cli(capsys, "inspect", str(long_names))
-    assert status == 0 and "short" in out
+    # a sane minimum: names keep a usable column
+    assert "short" in _on_a_terminal(long_names, 10)
 
 
 def test_an_empty_checkpoint_prints_no_table_header(

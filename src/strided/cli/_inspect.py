@@ -28,7 +28,6 @@ import argparse
 import fnmatch
 import json
 import math
-import os
 import re
 import shutil
 import sys
@@ -379,10 +378,11 @@ def _print_table(
 
 
 def _terminal_width() -> int | None:
-    """The width to fit: COLUMNS, else the terminal's (at least ``_MIN_WIDTH``); None
-    when output goes to a pipe or file and COLUMNS is unset, so ``grep`` sees whole
-    names on one line (the convention ``ls`` follows)."""
-    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+    """The width to fit when output goes to a terminal: COLUMNS, else the terminal's
+    (at least ``_MIN_WIDTH``). None for a pipe or file, whatever COLUMNS says (a parent
+    process may have set it for its own terminal), so ``grep`` and scripts always see
+    whole names on one line, as ``ls`` prints one name per line into a pipe."""
+    if not sys.stdout.isatty():
         return None
     return max(shutil.get_terminal_size().columns, _MIN_WIDTH)
 
