@@ -252,8 +252,8 @@ def _add_inspect(commands: _Commands) -> None:
         "Name, dtype, shape, bytes and a summary of sampled values per tensor, then the\n"
         "metadata and totals; reads only headers and samples (--full reads everything).\n"
         "On a terminal the table fits its width (COLUMNS): long names wrap; into a pipe\n"
-        "or file every row stays on one line. --name matching\n"
-        "no tensor is an error (exit 1).",
+        "or file every row stays on one line. --name matching no tensor is an error\n"
+        "(exit 1).",
         "strided inspect model.safetensors --group",
     )
     inspect.add_argument("path", metavar="PATH", help=_PATH)
