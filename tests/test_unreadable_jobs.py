@@ -199,7 +199,7 @@ def test_verify_checks_the_manifests_unreadable_lines(
         status, out, _ = cli(capsys, *args[:1], str(b), *args[1:])
         assert status == 1
         assert "*unreadable*:format: digest differs from the manifest" in out
-        assert out.splitlines()[-1].endswith("skipped: 1 digests differ")
+        assert out.splitlines()[-1].endswith("skipped: 1 digest differs")
     # Without the member's line, the member is unexpected; with a stray one, missing.
     kept = [line for line in manifest.read_text().splitlines() if "*unreadable*:obj" not in line]
     manifest.write_text("\n".join(kept) + "\n")
