@@ -86,9 +86,22 @@ class Record:
     are held: str or ``IntKey``) and ``listed`` what ``APPEND(S)`` added. ``callee`` is
     the record that was "called" when the file applies a record's result again
     (``getattr(x, "system")("ls")``): nothing is ever called, the chain is only kept.
+    ``owned`` is True once ``state`` is the record's own attributes (a dict, or a
+    ``(dict or None, slots dict)`` pair, made by ``BUILD`` and shared with nothing else
+    the file refers to), which a further ``BUILD`` updates in place.
     """
 
-    __slots__ = ("args", "callee", "items", "kwargs", "listed", "module", "name", "state")
+    __slots__ = (
+        "args",
+        "callee",
+        "items",
+        "kwargs",
+        "listed",
+        "module",
+        "name",
+        "owned",
+        "state",
+    )
 
     def __init__(
         self, module: str, name: str, args: tuple[Any, ...], callee: Record | None = None
@@ -99,6 +112,7 @@ class Record:
         self.callee = callee
         self.kwargs: dict[Any, Any] = {}
         self.state: object = None
+        self.owned = False
         self.items: dict[Any, Any] = {}
         self.listed: list[Any] = []
 
