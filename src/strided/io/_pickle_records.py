@@ -20,7 +20,7 @@ from __future__ import annotations
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from typing import TYPE_CHECKING, Any
 
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
+from ._budget import ITEM_BYTES, OBJECT_BYTES, text_bytes
 from ._pickle_data import Global, Record, describe
 from ._pickle_globals import UNSUPPORTED
 
@@ -51,14 +51,16 @@ def resolve(m: Machine, module: object, name: object) -> Global:
         raise m.fail("module and name must be strings")
     module, name = renamed(module, name, m.protocol)
     if (module, name) not in m.imports:
-        m.spend(TEXT_BYTES + ITEM_BYTES + len(module) + len(name), "imports")
+        m.spend(2 * ITEM_BYTES, "imports")  # the pair; its texts are the pickle's own
         m.imports[(module, name)] = None
+    # The dotted name is new text (transient in strict mode, kept by a lenient global).
+    m.spend(text_bytes(len(module) + 1 + len(name), module, name), "globals")
     full = f"{module}.{name}"
     found = m.table.get(full)
     if found is not None:
         return found
     if m.lenient:
-        m.spend(OBJECT_BYTES + len(full), "globals")
+        m.spend(OBJECT_BYTES, "globals")
         return Global(full, "record", origin=(module, name))
     reason = UNSUPPORTED.get(
         full,

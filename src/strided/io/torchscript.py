@@ -50,7 +50,7 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
 from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
 from .._core.memory import guard_function
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
+from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
 from ._common import PathLike, file_size, label, map_file, open_regular
 from ._pickle import interpret
 from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
@@ -259,7 +259,8 @@ class _Walk:
             raise LimitError(f"{self.where}: the modules refer to their parts too many times")
         if len(prefix) + len(key) >= _MAX_NAME:
             raise LimitError(f"{self.where}: a dotted name longer than {_MAX_NAME} characters")
-        self.budget.charge(ITEM_BYTES + TEXT_BYTES + len(prefix) + 1 + len(key), "dotted names")
+        length = len(prefix) + 1 + len(key)
+        self.budget.charge(ITEM_BYTES + text_bytes(length, prefix, key), "dotted names")
         return f"{prefix}.{key}" if prefix else key
 
     def enter(self, record: Record, decl: ClassDecl, prefix: str) -> Iterator[tuple[str, Record]]:
