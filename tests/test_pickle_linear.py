@@ -5,6 +5,8 @@
   sorted out at every visit: parents x buffers work that yielded no name, so neither the
   visit cap nor the budget saw it. Counted here in a child process by wrapping the two
   real functions that do that work and summing the sizes of what they are handed.
+* The TorchScript walk: a scripted module shared by many parents was checked and its
+  attributes sorted out at every visit. Counted by wrapping the real ``module_class``.
 * TorchScript declarations: each declared name was checked against the list of names
   before it (quadratic in the names of one line). CPU time of n and 4n names, measured
   in a child (best of three): linear is about 4 times, quadratic 16.
@@ -121,3 +123,64 @@ def test_declared_names_are_checked_in_linear_time() -> None:
     assert (small_names, large_names) == (count, 4 * count)
     # Linear: about 4 times as long for 4 times the names; a list scan made it 16.
     assert large < 8 * small + 0.05, report
+
+
+def shared_script_payload(parents: int, attributes: int) -> bytes:
+    """A scripted module ``M`` holding one child ``M`` ``parents`` times; the child has
+    ``attributes`` attributes, each a C++ custom-class object (never a module)."""
+    custom = glob("__torch__.torch.classes.demo", "Thing") + b")\x81q\x01"
+    values = [custom] + [b"h\x01"] * (attributes - 1)
+    state = b"}" + MARK + b"".join(text(f"a{i}") + v for i, v in enumerate(values)) + b"u"
+    child = glob("__torch__", "M") + b")\x81r" + struct.pack("<I", 0) + state + b"b0"
+    get = b"j" + struct.pack("<I", 0)
+    modules = b"".join(text(f"m{index}") + get for index in range(parents))
+    root = glob("__torch__", "M") + b")\x81}" + MARK + modules + b"ub"
+    return PROTO2 + child + root + STOP
+
+
+COUNTED_SCRIPT = """
+import json, sys, tracemalloc
+import strided as st
+from strided.io import torchscript
+
+calls = [0]
+real = torchscript._Walk.module_class
+
+def module_class(self, record):
+    calls[0] += 1
+    return real(self, record)
+
+torchscript._Walk.module_class = module_class
+tracemalloc.start()
+with st.open_checkpoint(sys.argv[1]) as checkpoint:
+    found = list(checkpoint)
+print(json.dumps({"calls": calls[0], "found": found,
+                  "peak": tracemalloc.get_traced_memory()[1]}))
+"""
+
+
+def test_a_shared_scripted_module_is_sorted_out_once(tmp_path: Path) -> None:
+    from tests.zipcraft import Entry, build
+
+    parents, attributes = 2000, 2000
+    payload = shared_script_payload(parents, attributes)
+    code = b"class M(Module):\n  __parameters__ = []\n  __buffers__ = []\n"
+    path = tmp_path / "shared.pt"
+    path.write_bytes(
+        build([
+            Entry("m/data.pkl", payload),
+            Entry("m/code/__torch__.py", code),
+            Entry("m/constants.pkl", b"\x80\x02)."),
+            Entry("m/byteorder", b"little"),
+        ])
+    )  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", COUNTED_SCRIPT, str(path)],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["found"] == []
+    # The root once, each of its attributes when it is sorted out and each child at its
+    # visit, then each attribute of the child once: not parents x attributes.
+    assert report["calls"] == 1 + 2 * parents + attributes, report["calls"]
+    assert report["peak"] < (64 << 20) + 16 * len(payload)
