@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 
 import strided as st
 from strided.io._pickle_verdicts import verdict
@@ -348,3 +350,84 @@ def test_a_record_walked_through_many_references_stays_bounded(tmp_path: Path) -
     found = opened_in_child(as_zip(tmp_path, payload), lenient=True)
     assert "the data refers to its parts too many times" in str(found["outcome"])
     assert int(str(found["grew_kib"])) < 200 * 1024
+
+
+# -- OmegaConf configs: the plain config they hold ---------------------------------------------
+
+
+def dotted(value: object, prefix: str = "") -> dict[str, object]:
+    """Plain leaves of nested dicts and lists by dotted name (list items by index, keys by
+    their text), as strided names metadata: the oracle's side of the comparison."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    found: dict[str, object] = {}
+    for key, item in items:
+        found.update(dotted(item, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def omegaconf_checkpoint(path: Path, config: dict[Any, Any]) -> dict[str, object]:
+    """Save a Lightning-style checkpoint holding ``OmegaConf.create(config)``; what
+    ``OmegaConf.to_container`` makes of it, flattened as strided names metadata."""
+    omegaconf = pytest.importorskip("omegaconf")
+    cfg = omegaconf.OmegaConf.create(config)
+    state = {"w": torch.arange(4, dtype=torch.float32)}
+    torch.save({"state_dict": state, "hyper_parameters": {"cfg": cfg, "lr": 0.5}}, path)
+    plain = omegaconf.OmegaConf.to_container(cfg)  # unresolved, as the file holds it
+    return dotted({"hyper_parameters": {"cfg": plain, "lr": 0.5}})
+
+
+def test_an_omegaconf_config_reads_as_the_plain_config_it_holds(tmp_path: Path) -> None:
+    config = {
+        "model": {"hidden": 64, "dropout": 0.1, "act": "gelu", "norm": None, "bias": True,
+                  "layers": [{"width": 8}, {"width": 16, "tags": ["a", "b"]}]},
+        "data": {"paths": ["/a", "/b"], "batch": 32, "empty": {}, "none_list": []},
+        "ref": "${model.hidden}", "missing": "???", 3: "an int key", "top": [1, 2.5, None],
+    }  # fmt: skip
+    path = tmp_path / "last.ckpt"
+    expected = omegaconf_checkpoint(path, config)
+    assert expected["hyper_parameters.cfg.model.hidden"] == 64
+    with st.open_checkpoint(path, lenient=True) as checkpoint:
+        assert list(checkpoint) == ["state_dict.w"]
+        metadata = checkpoint.metadata
+        imports = {f"{found.module}.{found.name}": found.verdict for found in checkpoint.imports}
+    assert metadata == expected
+    assert list(metadata) == list(expected)  # in the config's order
+    assert not [name for name in metadata if "_content" in name or "_metadata" in name]
+    assert imports["omegaconf.dictconfig.DictConfig"] == "unknown"
+    with pytest.raises(
+        st.FormatError, match=r"omegaconf\.dictconfig\.DictConfig is not an allowed"
+    ):
+        st.open_checkpoint(path)
+
+
+scalars = (
+    hs.none()
+    | hs.booleans()
+    | hs.integers(-(2**62), 2**62)
+    | hs.text(hs.characters(blacklist_characters="$?\\", blacklist_categories=("Cs",)), max_size=6)
+    | hs.floats(allow_nan=False)
+)
+configs = hs.recursive(
+    scalars,
+    lambda inner: (
+        hs.lists(inner, max_size=3)
+        | hs.dictionaries(hs.from_regex(r"[a-z]{1,5}", fullmatch=True), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(hs.dictionaries(hs.from_regex(r"[a-z]{1,5}", fullmatch=True), configs, max_size=4))
+def test_random_omegaconf_configs(tmp_path: Path, config: dict[str, Any]) -> None:
+    path = tmp_path / "random.ckpt"
+    expected = omegaconf_checkpoint(path, config)
+    with st.open_checkpoint(path, lenient=True) as checkpoint:
+        assert checkpoint.metadata == expected

@@ -6,11 +6,16 @@ Pickles here are written by Python's own ``pickle`` from classes defined in this
 
 from __future__ import annotations
 
+import io
 import pickle
+import struct
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import strided as st
 from strided.io._pickle import interpret
@@ -94,3 +99,64 @@ def test_a_called_record_keeps_the_chain_and_calls_nothing() -> None:
     assert type(value) is Record and value.args == ("echo",)
     assert type(value.callee) is Record and value.callee.name == "getattr"
     assert list(imports) == [("builtins", "getattr"), ("os", "path")]
+
+
+class Plain:
+    """A class without ``__setstate__``: Python's BUILD updates its ``__dict__``."""
+
+
+class OnlyPlain(pickle.Unpickler):
+    """Python's unpickler, allowed to make nothing but ``Plain`` (the oracle)."""
+
+    def find_class(self, module: str, name: str) -> type:
+        if (module, name) != (__name__, "Plain"):
+            raise pickle.UnpicklingError(f"{module}.{name} is not Plain")
+        return Plain
+
+
+def shared_states_payload(states: list[dict[str, int]]) -> bytes:
+    """A ``Plain`` record built once with each of ``states`` (each a memoized dict), then
+    ``(record, [every state dict])``: the dicts are referenced again after the BUILDs."""
+    out = b"\x80\x02c" + __name__.encode() + b"\nPlain\n)\x81"
+    for index, state in enumerate(states):
+        out += b"}q" + bytes([index]) + b"("
+        for key, value in state.items():
+            out += b"X" + struct.pack("<I", len(key)) + key.encode()
+            out += b"J" + struct.pack("<i", value)
+        out += b"ub"
+    out += b"]("
+    out += b"".join(b"h" + bytes([index]) for index in range(len(states)))
+    return out + b"e\x86."
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hs.lists(
+        hs.dictionaries(hs.sampled_from("wxyz"), hs.integers(-(2**31), 2**31 - 1), max_size=4),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_build_updates_the_record_never_the_state_dict(states: list[dict[str, int]]) -> None:
+    payload = shared_states_payload(states)
+    expected_record, expected_states = OnlyPlain(io.BytesIO(payload)).load()
+    found, _ = run(payload, lenient=True)
+    assert isinstance(found, tuple)
+    record, found_states = found
+    assert type(record) is Record
+    assert found_states == expected_states == states  # every state dict as the file wrote it
+    assert record.state == vars(expected_record)
+    assert all(state is not record.state for state in found_states)
+
+
+def test_a_second_build_leaves_the_first_state_dict_as_the_file_wrote_it(tmp_path: Path) -> None:
+    # {'w': 1} is the record's first state and also the tuple's second item; a second
+    # BUILD {'w': 999} once changed it there too ({'w': 999} where Python has {'w': 1}).
+    from tests.test_pickle_hostile import as_zip
+
+    payload = shared_states_payload([{"w": 1}, {"w": 999}])
+    record, states = OnlyPlain(io.BytesIO(payload)).load()
+    expected = {"0.w": vars(record)["w"], "1.0.w": states[0]["w"], "1.1.w": states[1]["w"]}
+    assert expected == {"0.w": 999, "1.0.w": 1, "1.1.w": 999}
+    with st.open_checkpoint(as_zip(tmp_path, payload, {}), lenient=True) as checkpoint:
+        assert checkpoint.metadata == expected

@@ -43,8 +43,8 @@ from .._core.limits import MAX_PICKLE_LINE as _MAX_LINE
 from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
 from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
 from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
-from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
-from ._pickle_data import DataKey, Global, StorageRef, data_key, describe
+from ._budget import OBJECT_BYTES, ParseBudget
+from ._pickle_data import DataKey, Global, StorageRef, data_key, describe, key_bytes
 from ._pickle_globals import GLOBALS
 from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
 
@@ -229,15 +229,15 @@ class Machine:
         """A dict key as the dict holds it: a str as it is, others as a ``DataKey``.
 
         int, float, bool, None and tuples of them (and of str) are keys; bytes and
-        everything else are FormatErrors. The key's text is charged before it is made.
+        everything else are FormatErrors. What the key's text will cost is measured
+        and charged before the text is made (``key_bytes``), so a key that nests
+        wide tuples of memo references is refused before it spells anything.
         """
         if type(key) is str:
             return key
-        if type(key) is int:
-            self.spend(2 * OBJECT_BYTES + key.bit_length() // 3, "dict keys")
-        elif type(key) is tuple:
-            self.spend(2 * OBJECT_BYTES + ITEM_BYTES * len(key), "dict keys")
         try:
+            cost = key_bytes(key) if type(key) is not bytes else 0
+            self.spend(cost, "dict keys")
             found = data_key(key) if type(key) is not bytes else None
         except FormatError as exc:
             raise self.fail(str(exc)) from None
@@ -245,7 +245,6 @@ class Machine:
             raise self.fail(
                 f"dict key {describe(key)} is not a str, int, float, bool, None or tuple"
             )
-        self.spend(2 * OBJECT_BYTES + 2 * len(found.text), "dict keys")
         return found
 
     def run(self) -> tuple[object, int]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.errors import FormatError, LimitError
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
-from ._pickle_data import Global, PickledSet, TensorRef, describe
+from ._pickle_data import Global, PickledSet, TensorRef, describe, key_bytes
 
 if TYPE_CHECKING:
     from ._pickle import Machine
@@ -206,14 +206,14 @@ def fill_set(m: Machine, items: list[Any] | tuple[Any, ...], target: PickledSet)
 
     Large bytes held as a view of the pickle are copied (a set item is a value of its own).
     """
-    # Each item costs a slot and the key that tells it apart (see data_key).
-    m.spend((2 * ITEM_BYTES + 2 * OBJECT_BYTES) * len(items), "set items")
+    # Each item costs a slot and the key that tells it apart (see data_key), whose
+    # text is measured and charged before it is made.
+    m.spend(2 * ITEM_BYTES * len(items), "set items")
     for item in items:
         if type(item) is memoryview:
             m.spend(TEXT_BYTES + len(item), "set items")
             item = item.tobytes()
-        elif type(item) is tuple:
-            m.spend(ITEM_BYTES * len(item), "set items")
+        m.spend(key_bytes(item), "set items")
         if not target.add(item):
             raise FormatError(f"set item {describe(item)} is not a plain scalar or tuple")
     return target

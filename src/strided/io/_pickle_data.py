@@ -26,6 +26,7 @@ from .._core.dtype import DType
 from .._core.errors import DataError, FormatError, LimitError
 from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
 from .._core.limits import check_dims
+from ._budget import OBJECT_BYTES, TEXT_BYTES, char_bytes
 
 __all__ = [
     "DataKey",
@@ -38,6 +39,7 @@ __all__ = [
     "TorchSize",
     "data_key",
     "describe",
+    "key_bytes",
     "rebuild_legacy_tensor",
     "rebuild_parameter",
     "rebuild_tensor",
@@ -86,9 +88,22 @@ class Record:
     are held: str or ``IntKey``) and ``listed`` what ``APPEND(S)`` added. ``callee`` is
     the record that was "called" when the file applies a record's result again
     (``getattr(x, "system")("ls")``): nothing is ever called, the chain is only kept.
+    ``owned`` is True once ``state`` is the record's own attributes (a dict, or a
+    ``(dict or None, slots dict)`` pair, made by ``BUILD`` and shared with nothing else
+    the file refers to), which a further ``BUILD`` updates in place.
     """
 
-    __slots__ = ("args", "callee", "items", "kwargs", "listed", "module", "name", "state")
+    __slots__ = (
+        "args",
+        "callee",
+        "items",
+        "kwargs",
+        "listed",
+        "module",
+        "name",
+        "owned",
+        "state",
+    )
 
     def __init__(
         self, module: str, name: str, args: tuple[Any, ...], callee: Record | None = None
@@ -99,6 +114,7 @@ class Record:
         self.callee = callee
         self.kwargs: dict[Any, Any] = {}
         self.state: object = None
+        self.owned = False
         self.items: dict[Any, Any] = {}
         self.listed: list[Any] = []
 
@@ -212,6 +228,63 @@ def data_key(value: object) -> DataKey | None:
         return None
     canon, text = found
     return DataKey(value, canon, text)
+
+
+def key_bytes(value: object) -> int:
+    """What ``data_key(value)`` builds, in bytes, measured without building any of it.
+
+    An upper bound of its text and canon (and the pieces they are joined from, which
+    live until the join), at the width CPython stores their widest character in. A
+    tuple the file shares (memo references) is measured once however often it recurs,
+    so measuring takes time linear in the distinct objects the key holds, while the
+    length it finds may be astronomically large (wide tuples of references nested 16
+    deep): the caller charges it before ``data_key`` builds anything. Values that are
+    not keys measure 0 (``data_key`` refuses them).
+    """
+    text, canon, nodes, width = _measure(value, 0, {})
+    return 2 * OBJECT_BYTES + 2 * TEXT_BYTES * nodes + 2 * (text + canon) * width
+
+
+# (text length, canon length, tree nodes, character width) of a measured value.
+_Measure = tuple[int, int, int, int]
+
+
+def _measure(value: object, depth: int, seen: dict[int, _Measure]) -> _Measure:
+    """``key_bytes``'s measure of one value; ``seen`` holds those already measured (by
+    identity: every value is alive while its key is measured, so no id is reused)."""
+    found = seen.get(id(value))
+    if found is not None:
+        return found
+    kind = type(value)
+    if kind is tuple:
+        assert isinstance(value, tuple)
+        if depth >= MAX_KEY_NESTING:
+            raise FormatError(f"a tuple key nests deeper than {MAX_KEY_NESTING} levels")
+        text, canon, nodes, width = 3, 1, 1, 1  # "(", ",)" and "t"
+        for item in value:
+            part = _measure(item, depth + 1, seen)
+            text += part[0] + 2  # and ", "
+            canon += part[1] + len(str(part[1])) + 1  # and "<length>:"
+            nodes += part[2]
+            width = max(width, part[3])
+        found = (text, canon, nodes, width)
+    elif kind is str:
+        assert isinstance(value, str)
+        if value.isascii() and value.isprintable():
+            shown = len(value) + 2 + value.count("\\") + value.count("'")  # repr, at most
+        else:
+            shown = len(repr(value))
+        found = (shown, len(value) + 1, 1, char_bytes(value))
+    elif kind is bytes:
+        assert isinstance(value, bytes)
+        found = (4 * len(value) + 3, 2 * len(value) + 2, 1, 1)
+    elif kind in SCALARS:
+        canon_text, shown_text = _canon(value, depth) or ("", "")
+        found = (len(shown_text), len(canon_text), 1, 1)
+    else:
+        found = (0, 0, 1, 1)
+    seen[id(value)] = found
+    return found
 
 
 def _canon(value: object, depth: int) -> tuple[str, str] | None:

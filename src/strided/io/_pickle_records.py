@@ -20,7 +20,7 @@ from __future__ import annotations
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from typing import TYPE_CHECKING, Any
 
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
+from ._budget import ITEM_BYTES, OBJECT_BYTES, text_bytes
 from ._pickle_data import Global, Record, describe
 from ._pickle_globals import UNSUPPORTED
 
@@ -51,14 +51,16 @@ def resolve(m: Machine, module: object, name: object) -> Global:
         raise m.fail("module and name must be strings")
     module, name = renamed(module, name, m.protocol)
     if (module, name) not in m.imports:
-        m.spend(TEXT_BYTES + ITEM_BYTES + len(module) + len(name), "imports")
+        m.spend(2 * ITEM_BYTES, "imports")  # the pair; its texts are the pickle's own
         m.imports[(module, name)] = None
+    # The dotted name is new text (transient in strict mode, kept by a lenient global).
+    m.spend(text_bytes(len(module) + 1 + len(name), module, name), "globals")
     full = f"{module}.{name}"
     found = m.table.get(full)
     if found is not None:
         return found
     if m.lenient:
-        m.spend(OBJECT_BYTES + len(full), "globals")
+        m.spend(OBJECT_BYTES, "globals")
         return Global(full, "record", origin=(module, name))
     reason = UNSUPPORTED.get(
         full,
@@ -95,12 +97,45 @@ def call_record(m: Machine, func: object, args: object) -> Record | None:
 
 
 def build_record(m: Machine, record: Record, state: object) -> None:
-    """``BUILD`` on a record: keep its state (a second dict state updates the first)."""
-    if type(record.state) is dict and type(state) is dict:
-        m.spend(ITEM_BYTES * len(state), "record state")
-        record.state.update(state)
-    else:
+    """``BUILD`` on a record, as Python's default ``BUILD`` fills an object.
+
+    An attribute state (a dict, or a ``(dict or None, slots dict or None)`` pair) is
+    copied into the record's own attributes, which a further ``BUILD`` updates: the
+    state dict itself is never changed, as Python updates the object's ``__dict__``
+    and never the dict it was given (the file may refer to that dict elsewhere). Any
+    other state (a class with ``__setstate__``) is kept as it is, the last one standing.
+    """
+    given = _attributes(state)
+    if given is None:
         record.state = state
+        record.owned = False
+        return
+    attributes, slots = given
+    held = _attributes(record.state) if record.owned else None
+    own_attributes, own_slots = (None, None) if held is None else held
+    for part in (attributes, slots):
+        if part is not None:
+            m.spend(OBJECT_BYTES + ITEM_BYTES * len(part), "record state")
+    if attributes is not None:
+        own_attributes = {} if own_attributes is None else own_attributes
+        own_attributes.update(attributes)
+    if slots:  # Python sets slot attributes only from a non-empty slots dict
+        own_slots = {} if own_slots is None else own_slots
+        own_slots.update(slots)
+    record.state = own_attributes if own_slots is None else (own_attributes, own_slots)
+    record.owned = True
+
+
+def _attributes(state: object) -> tuple[dict[Any, Any] | None, dict[Any, Any] | None] | None:
+    """``(attributes, slots)`` of an attribute state; None for any other state."""
+    if isinstance(state, dict):
+        return state, None
+    if type(state) is not tuple or len(state) != 2:
+        return None
+    first, second = state
+    if all(part is None or isinstance(part, dict) for part in state):
+        return first, second
+    return None
 
 
 def set_record_items(m: Machine, record: Record, items: list[Any]) -> None:

@@ -16,12 +16,12 @@ Records (objects of globals that only lenient mode admits, held inert) are walke
   without hooks: its non-None ``_parameters``, then its non-None ``_buffers`` not named
   in ``_non_persistent_buffers_set``, then each non-None child of ``_modules``,
   recursively (``encoder.layers.0.weight``). A child shared by two paths is named
-  under each, and a tensor held twice (tied weights) gives two names of one storage,
-  as in ``state_dict()``. Every other attribute of a module (``training``, sizes, hook
-  dicts, plain tensors that were never registered) is not part of its state dict and
-  is dropped: neither tensors nor metadata. ``_extra_state`` (a module's
-  ``get_extra_state()``) and names that state-dict hooks would change need the
-  module's code and are not reproduced.
+  under each (its entries are sorted out once, at its first visit), and a tensor held
+  twice (tied weights) gives two names of one storage, as in ``state_dict()``. Every
+  other attribute of a module (``training``, sizes, hook dicts, plain tensors that were
+  never registered) is not part of its state dict and is dropped: neither tensors nor
+  metadata. ``_extra_state`` (a module's ``get_extra_state()``) and names that
+  state-dict hooks would change need the module's code and are not reproduced.
 * Any other record is named like a dict of its parts, in the order the pickle gives
   them: its call arguments by position (``0``, ``1``, ... as a tuple's items; a
   namedtuple's fields), its keyword arguments (``NEWOBJ_EX``) by keyword, what
@@ -30,13 +30,22 @@ Records (objects of globals that only lenient mode admits, held inert) are walke
   or a ``(dict, slots dict)`` pair by attribute name (``config.hidden_size``), any
   other state under the name ``state``. The record a record was "called" on (a
   ``getattr`` chain) is not walked: only the call's own arguments are.
+* An OmegaConf config (``DictConfig``/``ListConfig``, as Lightning's
+  ``save_hyperparameters`` keeps one) is named as the plain config it holds, as
+  ``OmegaConf.to_container`` gives it without resolving interpolations:
+  ``hyper_parameters.cfg.model.hidden``, list items by position; each value node
+  (``AnyNode``, ``IntegerNode``, ``UnionNode``, ...) is its value, and a node's
+  ``_metadata``, ``_parent`` and flags are not reported. Nothing of OmegaConf is
+  imported or run: the records are read as the file spells them.
 * A record met again inside itself (an object holding a reference back to its owner)
   is not walked again there; nothing is named for the back-reference.
 
 The walk visits at most about two values per pickle byte, so shared containers (memo
 references) that would multiply into an enormous tree are refused, and nests at most
 ``MAX_PYTORCH_NESTING`` levels. Every name is charged to the open's budget before it
-is built, and every metadata leaf by its size, each time a walk reaches it.
+is built, and every metadata leaf by its size, each time a walk reaches it; a text costs
+what CPython stores it in (four bytes a character once one lies beyond the Basic
+Multilingual Plane).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from collections.abc import Iterator
 from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
 from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
-from ._budget import ITEM_BYTES, TEXT_BYTES, ParseBudget
+from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
 from ._pickle_data import Global, PickledSet, Record, TensorRef, TorchSize
 from ._pickle_numpy import ArrayRef, NumpyDType
 
@@ -57,6 +66,8 @@ Leaf = str | int | float | bool | list[int] | None
 _LEAVES = (type(None), bool, int, float, str)
 _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
 _SETS = ("set", "frozenset")
+# OmegaConf's containers: their nodes are their ``_content`` (a dict or a list).
+_CONFIGS = {("omegaconf.dictconfig", "DictConfig"), ("omegaconf.listconfig", "ListConfig")}
 
 
 def flatten(
@@ -83,24 +94,28 @@ def flatten(
             tensors[name] = value
         elif type(value) is NumpyDType or (isinstance(value, Global) and value.kind == "dtype"):
             # A dtype on its own: its name (NumPy's "float32", torch's "torch.float32").
-            budget.charge_text(len(value.name), "metadata texts")
+            budget.charge(text_bytes(len(value.name), value.name), "metadata texts")
             metadata[name] = value.name
         elif type(value) in _LEAVES:
             if type(value) is str:
-                budget.charge_text(len(value), "metadata texts")
+                budget.charge(text_bytes(len(value), value), "metadata texts")
             metadata[name] = value  # type: ignore[assignment]
         elif type(value) is TorchSize:
             budget.charge_items(len(value.dims), "metadata sizes")
             metadata[name] = list(value.dims)
 
+    root = _config_value(root)
     if not _is_container(root):
-        budget.charge(ITEM_BYTES + TEXT_BYTES + len(stem), "dotted names")
+        budget.charge(ITEM_BYTES + text_bytes(len(stem), stem), "dotted names")
         leaf(stem, root)
         return tensors, metadata
     # Each level: its children, its dotted name, and the id of the record it walks (the
     # records being walked are ``inside``: one met again there is a back-reference).
+    # A module's state-dict entries, made once per module record however many parents
+    # share it (each visit then costs only the names it yields).
+    entries: dict[int, list[tuple[str, object]]] = {}
     stack: list[tuple[Iterator[tuple[str, object]], str, int]] = [
-        (_children(root), "", _record_id(root))
+        (_children(root, entries, budget), "", _record_id(root))
     ]
     inside = {stack[0][2]}
     while stack:
@@ -114,12 +129,15 @@ def flatten(
         if visits < 0:
             raise LimitError(f"{where}: the data refers to its parts too many times")
         key, value = step
+        value = _config_value(value)
         if type(value) is Record and id(value) in inside:
             continue
         if len(prefix) + len(key) >= _MAX_NAME:
             raise LimitError(f"{where}: a dotted name longer than {_MAX_NAME} characters")
-        # The name's text and its slot in the tables, charged before it is built.
-        budget.charge(ITEM_BYTES + TEXT_BYTES + len(prefix) + 1 + len(key), "dotted names")
+        # The name's text (at CPython's width for its widest character) and its slot in
+        # the tables, charged before it is built.
+        length = len(prefix) + 1 + len(key)
+        budget.charge(ITEM_BYTES + text_bytes(length, prefix, key), "dotted names")
         name = f"{prefix}.{key}" if prefix else key
         if not _is_container(value):
             leaf(name, value)
@@ -128,7 +146,7 @@ def flatten(
         else:
             record = _record_id(value)
             inside.add(record)
-            stack.append((_children(value), name, record))
+            stack.append((_children(value, entries, budget), name, record))
     return tensors, metadata
 
 
@@ -146,15 +164,68 @@ def _text(key: object) -> str:
     return key if type(key) is str else str(key)
 
 
-def _children(node: object) -> Iterator[tuple[str, object]]:
+def _children(
+    node: object, entries: dict[int, list[tuple[str, object]]], budget: ParseBudget
+) -> Iterator[tuple[str, object]]:
+    """``node``'s (name part, value) pairs; a module's come from ``entries`` (by the
+    record's identity: every record lives as long as the walk), made at its first visit."""
     if type(node) is Record:
+        content = _config_content(node)
+        if isinstance(content, dict):
+            return ((_text(key), value) for key, value in content.items())
+        if isinstance(content, list):
+            return ((str(index), value) for index, value in enumerate(content))
+        found = entries.get(id(node))
+        if found is not None:
+            return iter(found)
         parts = _module_parts(node.state)
-        return _record_children(node) if parts is None else _module_children(*parts)
+        if parts is None:
+            return _record_children(node)
+        listed = list(_module_children(*parts))
+        budget.charge(OBJECT_BYTES + ITEM_BYTES * len(listed), "module entries")
+        entries[id(node)] = listed
+        return iter(listed)
     if isinstance(node, dict):
         return ((_text(key), value) for key, value in node.items())
     items = node.ordered() if type(node) is PickledSet else node
     assert isinstance(items, (list, tuple))
     return ((str(index), value) for index, value in enumerate(items))
+
+
+def _config_content(record: Record) -> object:
+    """The ``_content`` of an OmegaConf ``DictConfig``/``ListConfig`` record (its nodes
+    by key or position; None, or a ``???``/``${...}`` text, for a config holding no
+    container); None for any other record."""
+    if (record.module, record.name) not in _CONFIGS or not isinstance(record.state, dict):
+        return None
+    return record.state.get("_content")
+
+
+def _config_value(value: object) -> object:
+    """An OmegaConf node as ``OmegaConf.to_container`` gives it (unresolved), else
+    ``value`` itself.
+
+    A value node (``AnyNode``, ``IntegerNode``, ...: a record of ``omegaconf.nodes``
+    whose state holds ``_val``) is its value; a ``UnionNode`` is what it holds; a
+    config whose content is not a container is that content (None, ``???``,
+    ``${...}``). A config holding a dict or list stays a record, walked by its content.
+    """
+    for _ in range(3):  # a union node holds a value node, which holds a value
+        if type(value) is not Record or not value.module.startswith("omegaconf."):
+            return value
+        state = value.state
+        if not isinstance(state, dict):
+            return value
+        if (value.module, value.name) in _CONFIGS:
+            content = state.get("_content")
+            return value if isinstance(content, (dict, list)) else content
+        if "_val" in state:
+            value = state["_val"]
+        elif value.name == "UnionNode" and "_content" in state:
+            value = state["_content"]
+        else:
+            return value
+    return value
 
 
 def _record_children(record: Record) -> Iterator[tuple[str, object]]:

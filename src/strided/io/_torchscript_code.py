@@ -37,7 +37,7 @@ import numpy as np
 
 from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_TORCHSCRIPT_CODE_BYTES as MAX_CODE_BYTES
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
+from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget, text_bytes
 from ._zip import DEFLATED, ZipMember, inflate, stored_bytes
 
 __all__ = ["MAX_CODE_BYTES", "ClassDecl", "CodeIndex", "declarations"]
@@ -81,7 +81,7 @@ def declarations(text: Any, where: str, budget: ParseBudget) -> dict[str, ClassD
             name = _text(header, where, found.start())
             if name in classes:
                 raise FormatError(f"{where}: class {name!r} is declared twice")
-            budget.charge(OBJECT_BYTES + TEXT_BYTES + len(name), "code declarations")
+            budget.charge(OBJECT_BYTES + text_bytes(len(name), name), "code declarations")
             current = classes[name] = ClassDecl(name, found.group(2) == b"Module")
         elif kind is not None:
             if current is None:
@@ -104,6 +104,7 @@ def declarations(text: Any, where: str, budget: ParseBudget) -> dict[str, ClassD
 def _names(inner: bytes, where: str, at: int, budget: ParseBudget) -> tuple[str, ...]:
     """The names of a declaration list's inside: ``"a", "b", `` (a trailing comma or not)."""
     names: list[str] = []
+    seen: set[str] = set()  # a name twice is found in constant time, not by a list scan
     pos, end = 0, len(inner)
     while True:
         while pos < end and inner[pos] in _SPACE:
@@ -118,9 +119,10 @@ def _names(inner: bytes, where: str, at: int, budget: ParseBudget) -> tuple[str,
                 f"{where}: byte {at}: a declared name is not a plain double-quoted text"
             )
         name = _text(inner[pos + 1 : close], where, at)
-        budget.charge(ITEM_BYTES + TEXT_BYTES + len(name), "code declarations")
-        if name in names:
+        budget.charge(2 * ITEM_BYTES + text_bytes(len(name), name), "code declarations")
+        if name in seen:
             raise FormatError(f"{where}: byte {at}: the name {name[:80]!r} is declared twice")
+        seen.add(name)
         names.append(name)
         pos = close + 1
         while pos < end and inner[pos] in _SPACE:

@@ -50,7 +50,7 @@ from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
 from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
 from .._core.memory import guard_function
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
+from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
 from ._common import PathLike, file_size, label, map_file, open_regular
 from ._pickle import interpret
 from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
@@ -225,10 +225,14 @@ def _check_stored(members: dict[str, ZipMember], prefix: str, where: str) -> Non
 class _Walk:
     """The state-dict walk over module records (see the module docstring)."""
 
-    __slots__ = ("budget", "code", "tensors", "visits", "where")
+    __slots__ = ("budget", "code", "sorted_out", "tensors", "visits", "where")
 
     def __init__(self, code: CodeIndex, where: str, pickle_bytes: int, budget: ParseBudget):
         self.code = code
+        # Each module record's tensors and children, by identity (see ``enter``).
+        self.sorted_out: dict[
+            int, tuple[list[tuple[str, TensorRef]], list[tuple[str, Record]]]
+        ] = {}
         self.where = where
         self.budget = budget
         self.tensors: dict[str, TensorRef] = {}
@@ -259,11 +263,28 @@ class _Walk:
             raise LimitError(f"{self.where}: the modules refer to their parts too many times")
         if len(prefix) + len(key) >= _MAX_NAME:
             raise LimitError(f"{self.where}: a dotted name longer than {_MAX_NAME} characters")
-        self.budget.charge(ITEM_BYTES + TEXT_BYTES + len(prefix) + 1 + len(key), "dotted names")
+        length = len(prefix) + 1 + len(key)
+        self.budget.charge(ITEM_BYTES + text_bytes(length, prefix, key), "dotted names")
         return f"{prefix}.{key}" if prefix else key
 
     def enter(self, record: Record, decl: ClassDecl, prefix: str) -> Iterator[tuple[str, Record]]:
-        """Name the module's own tensors; returns its child modules, in attribute order."""
+        """Name the module's own tensors; returns its child modules, in attribute order.
+
+        A module shared by several parents is checked and sorted out once, at its first
+        visit; a later visit costs only the names it makes.
+        """
+        found = self.sorted_out.get(id(record))  # records live as long as the walk
+        if found is None:
+            found = self.sorted_out[id(record)] = self.sort_out(record, decl, prefix)
+        tensors, children = found
+        for key, value in tensors:
+            self.add(self.name(prefix, key), value)
+        return iter(children)
+
+    def sort_out(
+        self, record: Record, decl: ClassDecl, prefix: str
+    ) -> tuple[list[tuple[str, TensorRef]], list[tuple[str, Record]]]:
+        """The module's tensors (parameters, then buffers) and child modules, checked."""
         shown = f"{self.where}: module {prefix or '(root)'!r} ({describe(record)[2:]})"
         state = record.state
         if type(state) is not dict:
@@ -273,11 +294,13 @@ class _Walk:
             )
         if decl.parameters is None or decl.buffers is None:
             raise FormatError(f"{shown}: class {decl.name!r} has no __parameters__ or __buffers__")
+        self.budget.charge(OBJECT_BYTES + 2 * ITEM_BYTES * len(state), "module walk")
         for key in state:
             if type(key) is not str:
                 raise FormatError(f"{shown}: attribute {describe(key)} is not named by a text")
         if set(decl.parameters) & set(decl.buffers):
             raise FormatError(f"{shown}: an attribute is declared both parameter and buffer")
+        tensors = []
         for kind, declared in (("parameter", decl.parameters), ("buffer", decl.buffers)):
             missing = [name for name in declared if name not in state]
             if missing:
@@ -288,15 +311,14 @@ class _Walk:
                     continue  # torch skips a parameter or buffer that is None
                 if type(value) is not TensorRef:
                     raise FormatError(f"{shown}: {kind} {key[:80]!r} is {describe(value)}")
-                self.add(self.name(prefix, key), value)
-        self.budget.charge(OBJECT_BYTES + ITEM_BYTES * len(state), "module walk")
+                tensors.append((key, value))
         children = []
         for key, value in state.items():
             if type(value) is Record:
                 child = self.module_class(value)
                 if child is not None:
                     children.append((key, value))
-        return iter(children)
+        return tensors, children
 
     def add(self, name: str, ref: TensorRef) -> None:
         if name in self.tensors:
