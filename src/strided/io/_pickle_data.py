@@ -26,6 +26,7 @@ from .._core.dtype import DType
 from .._core.errors import DataError, FormatError, LimitError
 from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
 from .._core.limits import check_dims
+from .._core.stored_float import StoredFloat
 
 __all__ = [
     "DataKey",
@@ -216,6 +217,8 @@ def data_key(value: object) -> DataKey | None:
 
 def _canon(value: object, depth: int) -> tuple[str, str] | None:
     """``(canon, text)`` of a hashable data value (see ``DataKey``), None if not one."""
+    if isinstance(value, StoredFloat):  # a NumPy float scalar: the float it equals
+        value = float(value)
     kind = type(value)
     if kind is str:
         assert isinstance(value, str)

@@ -169,9 +169,7 @@ def merge_lora(
 
 def _checkpoint(first: Checkpoint, reader: _MergeReader) -> Checkpoint:
     infos = {name: first.info(name) for name in first}
-    merged = Checkpoint(first.path, "merged", reader, infos, first._metadata)
-    merged._float32_keys = first._float32_keys
-    return merged
+    return Checkpoint(first.path, "merged", reader, infos, first._metadata)
 
 
 def _lora_rows(
