@@ -40,7 +40,7 @@ from .._core.limits import MAX_GGUF_NAME_BYTES as _MAX_NAME_BYTES
 from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
 from .._core.memory import guard_function, guard_methods
 from .._core.shape import Shape
-from .._core.stored_float import F32Float, StoredFloatList, copied
+from .._core.stored_float import F32Float, StoredFloatList
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions, checked_options
 from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
@@ -337,7 +337,7 @@ class GGUFFile(TensorNames):
         too, so it can be shown with F32's shortest text (``str(Scalar(DType.F32,
         value))`` gives ``1e-05``) however deep it sits.
         """
-        return {key: copied(value) for key, value in self._metadata.items()}
+        return {key: _copied(value) for key, value in self._metadata.items()}
 
     @property
     def metadata_types(self) -> dict[str, str]:
@@ -454,6 +454,17 @@ class GGUFFile(TensorNames):
 
     def __repr__(self) -> str:
         return f"GGUFFile({self._path!r}, version {self._version}, {len(self._by_name)} tensors)"
+
+
+def _copied(value: Any) -> Any:
+    """A value's lists copied (a ``StoredFloatList`` keeps its type). A GGUF array's
+    elements are all arrays or none are, and arrays nest one level: one look at the
+    first element says whether a vocabulary needs more than one C-level copy."""
+    if isinstance(value, list):
+        if value and isinstance(value[0], list):
+            return [_copied(item) for item in value]
+        return value.copy()
+    return value
 
 
 @guard_function
