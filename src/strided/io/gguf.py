@@ -203,7 +203,7 @@ class _Reader:
         """The value and its type's text (``"FLOAT32"``, ``"ARRAY[STRING]"``...)."""
         fixed = _FIXED.get(vtype)
         if fixed is not None:
-            value = self.fixed_array(vtype, 1, what)[0]
+            (value,) = self.fixed_array(vtype, 1, what)
             return (F32Float(value) if vtype == _FLOAT32 else value), fixed[0]
         if vtype == _STRING:
             return self.string(what), "STRING"
@@ -266,8 +266,7 @@ class _Reader:
         # One vectorized read, however long the array.
         values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
         self.pos += count * dtype.itemsize
-        if vtype == _FLOAT32:
-            # The array says its elements' type once (see ``StoredFloatList``).
+        if vtype == _FLOAT32:  # the list says its elements' type once
             return StoredFloatList(values.tolist(), DType.F32)
         if vtype != _BOOL:
             result: list[Any] = values.tolist()
@@ -331,11 +330,9 @@ class GGUFFile(TensorNames):
 
         Values are Python ints, floats, bools, strs and lists of them. A FLOAT32 value is
         the Python float equal to the stored F32 number exactly (``1e-05`` as F32 is
-        ``9.999999747378752e-06``) and remembers its type: it is an ``F32Float`` (a
-        ``float`` whose ``dtype`` is F32), and an ``ARRAY[FLOAT32]`` a
-        ``StoredFloatList`` (a ``list`` of floats whose ``dtype`` is F32), nested ones
-        too, so it can be shown with F32's shortest text (``str(Scalar(DType.F32,
-        value))`` gives ``1e-05``) however deep it sits.
+        ``9.999999747378752e-06``) that remembers its type (an ``F32Float``; an
+        ``ARRAY[FLOAT32]``, nested too, is a ``StoredFloatList``, whose ``dtype`` is
+        F32), so it is shown with F32's shortest text (``1e-05``) however deep it sits.
         """
         return {key: _copied(value) for key, value in self._metadata.items()}
 
@@ -457,13 +454,10 @@ class GGUFFile(TensorNames):
 
 
 def _copied(value: Any) -> Any:
-    """A value's lists copied (a ``StoredFloatList`` keeps its type). A GGUF array's
-    elements are all arrays or none are, and arrays nest one level: one look at the
-    first element says whether a vocabulary needs more than one C-level copy."""
+    # Arrays hold arrays only or none (one level deep); ``copy`` keeps a StoredFloatList.
     if isinstance(value, list):
-        if value and isinstance(value[0], list):
-            return [_copied(item) for item in value]
-        return value.copy()
+        nested = value and isinstance(value[0], list)
+        return [_copied(item) for item in value] if nested else value.copy()
     return value
 
 
