@@ -84,6 +84,7 @@ def rows() -> Iterator[Row]:
 
     yield from _many_samples()
     yield from _vocabulary()
+    yield from _metadata_digest()
 
 
 def _many_samples() -> Iterator[Row]:
@@ -160,5 +161,51 @@ def _vocabulary() -> Iterator[Row]:
             _command("inspect", "--json", str(path)),
             hashing,
         )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# Tokens as real vocabularies hold them: SentencePiece's word marker, byte-level
+# newlines and tabs, quotes and backslashes (escaped twice: JSON, then the digest
+# line), non-ASCII text.
+_TOKEN_ENDINGS = ("", "\n", "\t", "\n\n", '"', "\\", "\u2581\u2581", "<0x0A>", "é", "日本")
+
+
+def _write_tokenizer(path: Path) -> None:
+    """A 262k-token GGUF (tokens, F32 scores, token types) with a 262144 x 32 F32
+    ``token_embd.weight`` (32 MiB), written by the reference ``gguf.GGUFWriter``."""
+    rng = np.random.default_rng(1)
+    endings = _TOKEN_ENDINGS
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([f"\u2581t{i}{endings[i % len(endings)]}" for i in range(_VOCABULARY)])
+    writer.add_token_scores(rng.standard_normal(_VOCABULARY).astype(np.float32).tolist())
+    writer.add_token_types([1 + i % 6 for i in range(_VOCABULARY)])
+    writer.add_tensor("token_embd.weight", rng.standard_normal((_VOCABULARY, 32), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _metadata_digest() -> Iterator[Row]:
+    """``Checkpoint.metadata_digest()`` of a 262k-token vocabulary (canonical text of
+    three 262,144-element arrays, escaped and hashed) against the tensor digest of the
+    same file's 32 MiB embedding and against ``gguf.GGUFReader`` opening the file (the
+    reference reader; it builds its field objects per element, so it takes seconds)."""
+    folder = Path(tempfile.mkdtemp(prefix="strided-bench-tokenizer-"))
+    try:
+        path = folder / "tokenizer.gguf"
+        _write_tokenizer(path)
+        checkpoint = st.open_checkpoint(path)
+        yield Row(
+            "metadata_digest GGUF 262k vocab + scores",
+            checkpoint.metadata_digest,
+            {
+                "digest() of its 32 MiB tensor": checkpoint.digest,
+                "gguf.GGUFReader open": lambda: gguf.GGUFReader(str(path)),
+            },
+        )
+        checkpoint.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

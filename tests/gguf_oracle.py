@@ -2,7 +2,9 @@
 
 ``read_kvs`` gives the key/values in file order as (key, type text, value), the type
 text spelled as ``GGUFFile.metadata_types`` spells it (``UINT32``, ``ARRAY[STRING]``);
-``read_tensors`` gives name -> (ggml type name, row-major shape, stored bytes).
+``read_tensors`` gives name -> (ggml type name, row-major shape, stored bytes);
+``scale_overflows`` says which blocks ``gguf.quants.quantize`` stores with an infinite
+F16 scale (a block strided refuses).
 """
 
 from __future__ import annotations
@@ -11,9 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
-__all__ = ["read_kvs", "read_tensors", "write_reference"]
+__all__ = ["F16_FIELDS", "read_kvs", "read_tensors", "scale_overflows", "write_reference"]
+
+# Byte offsets of each block type's F16 fields (scale d; Q4_1/Q5_1's minimum m too).
+F16_FIELDS = {
+    "Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
+    "TQ1_0": (52,), "TQ2_0": (64,), "MXFP4": (),
+}  # fmt: skip
+
+
+def scale_overflows(blocks: np.ndarray, kind: str, n_rows: int) -> np.ndarray:
+    """(n_rows, blocks per row) bool: where the reference's bytes ``blocks`` (a
+    quantized tensor of ``n_rows`` rows) store an infinite or NaN F16 field."""
+    fields = F16_FIELDS.get(kind, ())
+    stored = np.ascontiguousarray(blocks).view(np.uint8).reshape(n_rows, -1)
+    width = GGML_QUANT_SIZES[GGMLQuantizationType[kind]][1] if fields else 1
+    per_block = stored.reshape(n_rows, -1, width)
+    found = np.zeros(per_block.shape[:2], dtype=bool)
+    for at in fields:
+        bits = per_block[:, :, at].astype(np.uint16) | (
+            per_block[:, :, at + 1].astype(np.uint16) << 8
+        )
+        found |= (bits & 0x7FFF) >= 0x7C00
+    return found
 
 
 def read_kvs(path: Path | str) -> list[tuple[str, str, Any]]:

@@ -23,7 +23,7 @@ from hypothesis import strategies as hs
 
 import strided as st
 from strided.cli import main
-from tests.gguf_oracle import read_kvs, read_tensors, write_reference
+from tests.gguf_oracle import read_kvs, read_tensors, scale_overflows, write_reference
 
 PLAIN = {
     "F32": np.float32,
@@ -481,16 +481,22 @@ def test_block_types_are_bit_identical_to_gguf_quantize(
                                           max_size=rows * size)), dtype=np.float32)  # fmt: skip
     values = values.reshape(rows, size)
     path = tmp_path_factory.mktemp("b") / "b.gguf"
-    st.save_gguf(path, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)}, types=kind)
-    found = read_tensors(path)["blk.0.ffn_up.weight"]
     with np.errstate(all="ignore"):
         expected = quants.quantize(values, Q[kind])
+    tensors = {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)}
+    if scale_overflows(expected, kind, rows).any():
+        # The reference stores an infinite scale: strided refuses the block.
+        with pytest.raises(st.RangeError, match="overflows F16"):
+            st.save_gguf(path, tensors, types=kind)
+        assert not path.exists()
+        return
+    st.save_gguf(path, tensors, types=kind)
+    found = read_tensors(path)["blk.0.ffn_up.weight"]
     assert found == (kind, (rows, size), expected.tobytes())
     with st.open_checkpoint(path) as back, np.errstate(all="ignore"):
         assert np.array_equal(
-            back["blk.0.ffn_up.weight"].numpy(), quants.dequantize(expected, Q[kind]),
-            equal_nan=True,
-        )  # fmt: skip
+            back["blk.0.ffn_up.weight"].numpy(), quants.dequantize(expected, Q[kind])
+        )
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -508,6 +514,54 @@ def test_a_block_with_nan_or_infinity_names_the_tensor(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.safetensors"]
     with pytest.raises(st.RangeError, match="attn_output"):
         st.save_gguf(out, {"blk.1.attn_output.weight": st.Tensor.from_numpy(values)}, types="Q4_0")
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_a_block_whose_f16_scale_overflows_is_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """The reference writes an infinite scale (the block reads back as inf/NaN); strided
+    names the tensor, the row and the block, exits 1 and leaves no file behind."""
+    values = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    values[2, 37] = -1e7  # block 1 of row 2: a scale of about 1e7 / 127 or more
+    with np.errstate(all="ignore"):
+        scale = quants.quantize(values, Q[kind]).view(np.uint8).reshape(4, 2, -1)[2, 1, :2]
+    assert np.isinf(scale.view(np.float16)[0])
+    source = tmp_path / "s.safetensors"
+    st.save_safetensors(source, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)})
+    out = tmp_path / "o.gguf"
+    status, _, err = cli(capsys, "convert", str(source), str(out), "--dtype", kind)
+    assert status == 1
+    assert "ffn_up.weight" in err and "row 2, block 1 (columns 32-63" in err
+    assert "overflows F16" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.safetensors"]
+    with pytest.raises(st.RangeError, match=r"ffn_up\.weight.*row 2, block 1 .*overflows F16"):
+        st.save_gguf(out, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)}, types=kind)
+    assert not out.exists()
+
+
+def test_a_q8_0_scale_that_rounds_to_65504_is_written_as_the_reference_writes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """amax / 127 just below 65520 rounds (half to even) to F16's 65504: it fits, and
+    the file holds gguf.quants.quantize's bytes; 65520 x 127 itself is refused."""
+    values = np.ones((2, 64), dtype=np.float32)
+    edge = np.float32(65520.0 * 127)
+    values[1, 33] = np.nextafter(edge, np.float32(0))
+    path = tmp_path / "fits.gguf"
+    st.save_gguf(path, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)}, types="Q8_0")
+    kind, shape, data = read_tensors(path)["blk.0.ffn_up.weight"]
+    assert kind == "Q8_0" and shape == (2, 64)
+    assert data == quants.quantize(values, Q.Q8_0).tobytes()
+    assert np.frombuffer(data, np.uint8).reshape(4, 34)[3, :2].view(np.float16)[0] == 65504
+    values[1, 33] = edge
+    source = tmp_path / "s.safetensors"
+    st.save_safetensors(source, {"blk.0.ffn_up.weight": st.Tensor.from_numpy(values)})
+    status, _, err = cli(
+        capsys, "convert", str(source), str(tmp_path / "o.gguf"), "--dtype", "Q8_0"
+    )
+    assert status == 1 and "row 1, block 1" in err and "65520.0" in err
+    assert not (tmp_path / "o.gguf").exists()
 
 
 def test_rows_that_are_not_whole_blocks_fall_back_to_f16(tmp_path: Path) -> None:

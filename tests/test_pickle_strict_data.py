@@ -167,8 +167,9 @@ VALUES = hs.recursive(LEAVES, _containers, max_leaves=12)
 
 
 def _plain(value: object) -> object:
-    """A metadata value with floats by their bits and bools apart from ints."""
-    if type(value) is float:
+    """A metadata value with floats by their bits and bools apart from ints (a NumPy
+    float scalar is a float that remembers its stored type: compared by its bits too)."""
+    if isinstance(value, float):
         return ("float", struct.pack("<d", value))
     if type(value) is list:
         return [_plain(item) for item in value]

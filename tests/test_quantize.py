@@ -22,11 +22,13 @@ import hypothesis.strategies as hs
 import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 
 from strided import DTypeError, RangeError, ShapeError
 from strided.io import _ggml
 from strided.io._quantize import FLOAT_TYPES, QUANTIZABLE, block_size, quantize, row_bytes
+from tests.gguf_oracle import F16_FIELDS
+from tests.gguf_oracle import scale_overflows as oracle_overflows
 
 Q = gguf.GGMLQuantizationType
 BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4")
@@ -60,6 +62,14 @@ def overflows(rows: np.ndarray, kind: str) -> bool:
     landed = reference(rows, kind).view("<u2") & 0x7FFF
     infinite = landed == (0x7C00 if kind == "F16" else 0x7F80)
     return bool(np.any(infinite & np.isfinite(rows)))
+
+
+def scale_overflows(rows: np.ndarray, kind: str) -> np.ndarray:
+    """(n_rows, blocks per row) bool: where the reference stores an infinite F16 field
+    (its scale overflowed; the block reads back as infinity or NaN). Refused by strided."""
+    if kind not in F16_FIELDS:
+        return np.zeros((rows.shape[0], 0), dtype=bool)
+    return oracle_overflows(reference(rows, kind), kind, rows.shape[0])
 
 
 def assert_same_bytes(rows: np.ndarray, kind: str) -> None:
@@ -133,7 +143,7 @@ def test_hypothesis_values_match_the_reference_byte_for_byte(
     kind: str, data: hs.DataObject
 ) -> None:
     rows = data.draw(value_rows(kind))
-    if overflows(rows, kind):
+    if overflows(rows, kind) or scale_overflows(rows, kind).any():
         with pytest.raises(RangeError, match="overflows"):
             ours(rows, kind)
     else:
@@ -198,14 +208,23 @@ def adversarial_blocks(kind: str) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", BLOCK_TYPES)
 def test_adversarial_blocks_match_the_reference(kind: str) -> None:
-    assert_same_bytes(adversarial_blocks(kind), kind)
+    """Every block whose scale fits F16 is the reference's bytes; each one whose scale
+    overflows (the reference stores an infinite scale) is refused on its own."""
+    blocks = adversarial_blocks(kind)
+    refused = scale_overflows(blocks, kind)[:, 0]
+    assert_same_bytes(blocks[~refused], kind)
+    for index in np.flatnonzero(refused):
+        with pytest.raises(RangeError, match=r"row 0, block 0 .* overflows F16"):
+            ours(blocks[index : index + 1], kind)
 
 
 @pytest.mark.parametrize("kind", TYPES)
 def test_many_rows_across_chunk_boundaries(kind: str) -> None:
     # About 1.5M values: dozens of chunks, the last one partial; random scales per row.
     rng = np.random.default_rng(7)
-    rows = rng.standard_normal((373, 4096)) * np.ldexp(1.0, rng.integers(-40, 40, (373, 1)))
+    # Types with an F16 scale: magnitudes whose scales fit F16 (the rest are refused).
+    top = 40 if kind in ("F32", "BF16", "MXFP4") else 10
+    rows = rng.standard_normal((373, 4096)) * np.ldexp(1.0, rng.integers(-40, top, (373, 1)))
     rows = rows.astype(np.float32)
     if kind == "F16":
         rows = rows.clip(-60000, 60000)
@@ -294,6 +313,66 @@ def test_the_largest_values_that_round_to_finite_are_kept() -> None:
     assert_same_bytes(top.reshape(1, -1), "BF16")
 
 
+# -- F16 scales that overflow -------------------------------------------------------------
+
+# The smallest block statistic whose float32 scale reaches 65520, the midpoint between
+# F16's largest finite value 65504 and 2**16, which rounds half to even: to infinity.
+# Q8_0: d = amax / 127; Q4_0/Q5_0: d = max / -8 (-16); TQ: d = amax; Q4_1/Q5_1: d =
+# (max - min) / 15 (31). Each product is exact in float32, so the division gives 65520.
+THRESHOLDS = {
+    "Q8_0": 65520.0 * 127, "Q4_0": 65520.0 * 8, "Q5_0": 65520.0 * 16, "Q4_1": 65520.0 * 15,
+    "Q5_1": 65520.0 * 31, "TQ1_0": 65520.0, "TQ2_0": 65520.0,
+}  # fmt: skip
+
+
+def _below(value: float) -> float:
+    return float(np.nextafter(np.float32(value), np.float32(0)))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("kind", sorted(THRESHOLDS))
+def test_a_scale_that_just_fits_f16_matches_and_one_that_overflows_is_refused(
+    kind: str, sign: float
+) -> None:
+    size = KINDS[kind].block_size
+    rows = np.zeros((3, 2 * size), dtype=np.float32)
+    rows[:, :size] = np.linspace(-1.0, 1.0, size)
+    column = size + 5
+    top = THRESHOLDS[kind]
+    # The largest magnitude (for Q4_1/Q5_1 the range, the minimum being 0) just below
+    # the threshold: the scale rounds to 65504 and the bytes are the reference's.
+    rows[2, column] = sign * _below(top) if kind[-2:] != "_1" else _below(top)
+    fits = rows.copy()
+    assert not scale_overflows(fits, kind).any()
+    assert_same_bytes(fits, kind)
+    # At the threshold the reference stores an infinite scale; strided names the block.
+    rows[2, column] = sign * top if kind[-2:] != "_1" else top
+    assert scale_overflows(rows, kind)[2, 1]
+    with pytest.raises(RangeError) as raised:
+        ours(rows, kind)
+    message = str(raised.value)
+    assert message.startswith(f"t: row 2, block 1 (columns {size}-{2 * size - 1}, one {kind}")
+    assert "overflows F16 (largest finite 65504.0)" in message
+    assert f"at column {column}" in message
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q5_1"])
+def test_a_minimum_beyond_f16_is_refused(kind: str) -> None:
+    """Q4_1/Q5_1 store the block's minimum as F16 too: -65520 becomes -infinity."""
+    rows = np.zeros((1, 64), dtype=np.float32)
+    rows[0, 40] = _below(-65520.0)
+    assert_same_bytes(rows, kind)
+    rows[0, 40] = -65520.0
+    assert scale_overflows(rows, kind)[0, 1] and not scale_overflows(rows, kind)[0, 0]
+    with pytest.raises(RangeError, match=r"t: row 0, block 1 .* minimum m = -65520.0 overflows"):
+        ours(rows, kind)
+
+
+def test_mxfp4_scales_are_e8m0_and_never_overflow() -> None:
+    rows = np.full((1, 32), 3e38, dtype=np.float32)
+    assert_same_bytes(rows, "MXFP4")
+
+
 # -- the round trip and the interface ----------------------------------------------------
 
 
@@ -303,6 +382,7 @@ def test_strided_dequantizes_its_blocks_as_the_reference_does(
     kind: str, data: hs.DataObject
 ) -> None:
     rows = data.draw(value_rows(kind))
+    assume(not scale_overflows(rows, kind).any())  # refused: tested above
     blocks = ours(rows, kind)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -37,10 +37,11 @@ from .._core.dtype import DType
 from .._core.errors import DataError
 from .._core.floats import shortest_text
 from .._core.scalar import Scalar
+from .._core.stored_float import StoredFloatList
 from .._kernels.exact_stats import Totals
 from .._tensor.inspect import TensorInspectionOptions
 from ..jobs._checkpoint import Checkpoint, open_checkpoint
-from ..jobs._metadata_text import canonical, gguf_types
+from ..jobs._metadata_text import canonical, gguf_types, shown
 from ..jobs._pool import JobError, Runner, opened, sharing, where
 from ._scan import import_summary
 from ._text import byte_size, count_text, safe
@@ -85,7 +86,6 @@ def run_inspect(args: argparse.Namespace) -> int:
             if args.group:
                 rows = _group(rows)
         raw = checkpoint.metadata
-        float32 = checkpoint._float32_keys
         types = gguf_types(checkpoint) or {}
         kind = checkpoint.format
         imports = checkpoint.imports
@@ -107,7 +107,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     }
     if args.json:
         metadata = {
-            key: _json_value(value, key in float32, types.get(key), args.full_metadata)
+            key: _json_value(value, types.get(key), args.full_metadata)
             for key, value in raw.items()
         }
         document = {
@@ -121,7 +121,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         }
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
         return 0
-    lines = [f"  {safe(key)}: {_table_value(value, key in float32)}" for key, value in raw.items()]
+    lines = [f"  {safe(key)}: {_table_value(value)}" for key, value in raw.items()]
     if imports or kind == "pytorch":
         lines.insert(0, import_summary(imports))
     _print_table(args.path, kind, lines, rows, totals, unreadable)
@@ -180,41 +180,38 @@ def _group_exact(
     return rows
 
 
-def _shown(value: Any, float32: bool) -> Any:
-    """A metadata value for JSON: a FLOAT32 value as its shortest F32 text's number."""
-    if isinstance(value, list):
-        return [_shown(item, float32) for item in value]
-    if float32 and type(value) is float:
-        return float(shortest_text(DType.F32, value))
-    return value
-
-
-def _json_value(value: Any, float32: bool, type_name: str | None, full: bool) -> Any:
-    """A metadata value for ``--json``: long arrays summarized (unless ``full``)."""
+def _json_value(value: Any, type_name: str | None, full: bool) -> Any:
+    """A metadata value for ``--json``: long arrays summarized (unless ``full``), floats
+    stored in a narrower type shown by their shortest text in it (``shown``)."""
     if isinstance(value, list) and len(value) > _ARRAY_ITEMS and not full:
         return {
             _SUMMARY: "array",
             "type": type_name or "list",
             "length": len(value),
-            "first": _shown(value[:_ARRAY_ITEMS], float32),
+            "first": shown(value[:_ARRAY_ITEMS], _floats(value)),
         }
-    return _shown(value, float32)
+    return shown(value)
+
+
+def _floats(value: list[Any]) -> DType:
+    """The stored type of a list's plain floats (a GGUF FLOAT32 array's: F32)."""
+    return value.dtype if isinstance(value, StoredFloatList) else DType.F64
 
 
 _NOUNS = {str: "string", int: "integer", float: "float", bool: "boolean", list: "array"}
 
 
-def _table_value(value: Any, float32: bool) -> str:
+def _table_value(value: Any) -> str:
     """A metadata value on one table line: scalars as canonical text, arrays summarized
     (``151,936 strings: "!", "\\"", "#", …``), at most about 80 characters."""
-    floats = DType.F32 if float32 else DType.F64
     if not isinstance(value, list):
-        text = " ".join(canonical(value, floats).split())
+        text = " ".join(canonical(value).split())
         return safe(text if len(text) <= _LINE else text[: _LINE - 1] + "…")
+    floats = _floats(value)
     kinds = {type(item) for item in value[:_ARRAY_ITEMS]}
     noun = _NOUNS.get(kinds.pop(), "item") if len(kinds) == 1 else "item"
     head = f"{count_of(len(value), noun)}"
-    shown: list[str] = []
+    parts: list[str] = []
     width = len(head) + 2
     for item in value[:_ARRAY_ITEMS]:
         if isinstance(item, list):
@@ -223,13 +220,13 @@ def _table_value(value: Any, float32: bool) -> str:
             text = json.dumps(item, ensure_ascii=False)
         else:
             text = canonical(item, floats)
-        if shown and width + len(text) + 2 > _LINE:
+        if parts and width + len(text) + 2 > _LINE:
             break
-        shown.append(text)
+        parts.append(text)
         width += len(text) + 2
-    if len(shown) < len(value):
-        shown.append("…")
-    return safe(head + (": " + ", ".join(shown) if shown else ""))
+    if len(parts) < len(value):
+        parts.append("…")
+    return safe(head + (": " + ", ".join(parts) if parts else ""))
 
 
 def _summarize(checkpoint: Checkpoint, name: str, options: Any) -> dict[str, Any]:

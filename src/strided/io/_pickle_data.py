@@ -26,6 +26,7 @@ from .._core.dtype import DType
 from .._core.errors import DataError, FormatError, LimitError
 from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
 from .._core.limits import check_dims
+from .._core.stored_float import StoredFloat
 from ._budget import OBJECT_BYTES, TEXT_BYTES, char_bytes
 
 __all__ = [
@@ -289,6 +290,8 @@ def _measure(value: object, depth: int, seen: dict[int, _Measure]) -> _Measure:
 
 def _canon(value: object, depth: int) -> tuple[str, str] | None:
     """``(canon, text)`` of a hashable data value (see ``DataKey``), None if not one."""
+    if isinstance(value, StoredFloat):  # a NumPy float scalar: the float it equals
+        value = float(value)
     kind = type(value)
     if kind is str:
         assert isinstance(value, str)

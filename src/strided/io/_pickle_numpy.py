@@ -20,8 +20,9 @@ The rules here only check what the file says and hold it:
   when they are a read-only view of the pickle; see ``_pickle_ops``' bytes opcodes),
   converting big-endian ones on copy; Fortran-ordered bytes give the right logical
   values (a transposed view).
-* ``scalar``: the exact plain Python number (an F32 scalar as the Python float of the
-  same value, a bool as a bool, an int as an int).
+* ``scalar``: the exact plain Python number (a bool as a bool, an int as an int, an
+  F64 scalar as a float, a narrower float as the float of the same value that keeps its
+  type: ``np.float32(0.1)`` is an ``F32Float``, see ``_core.stored_float``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .._core.dtype import DType
 from .._core.errors import DataError, FormatError, LimitError
 from .._core.limits import check_dims
 from .._core.storage import seal
+from .._core.stored_float import stored_float
 from ._budget import OBJECT_BYTES
 from ._pickle_data import Global, describe
 
@@ -270,7 +272,9 @@ def scalar(m: Machine, args: tuple[Any, ...]) -> bool | int | float:
             raise FormatError(f"a bool scalar's byte is {raw[0]}, not 0 or 1")
         return bool(value)
     if dtype.dtype.is_float:
-        return float(value)  # exact: float64 holds every value of the narrower floats
+        # Exact (float64 holds every value of the narrower floats), and remembering its
+        # type, so its canonical text is float32's ``0.1``, not ``0.10000000149011612``.
+        return stored_float(dtype.dtype, float(value))
     return int(value)
 
 

@@ -14,6 +14,13 @@ What is refused (RangeError, naming ``where`` and the position):
   the integer cast, and what lands in the file is whatever the platform's
   float-to-integer conversion yields (x86: zero codes, with an infinite or NaN scale)
   -- nothing a reader could take for the data.
+* A block whose F16 scale (``d``; also Q4_1/Q5_1's minimum ``m``) rounds past 65504:
+  Q8_0 from a largest magnitude of 65520 x 127 = 8321040, Q4_0 from 65520 x 8, Q5_0
+  from 65520 x 16, TQ1_0/TQ2_0 from 65520, Q4_1/Q5_1 from a range (max - min) of 65520
+  x 15 (x 31) or a minimum at or beyond +-65520 (each threshold where the float32
+  scale reaches 65520, the midpoint that rounds to even, F16 infinity). The reference
+  writes an infinite scale, which reads back as infinity or NaN; strided names the
+  tensor, row and block instead. MXFP4's scale is E8M0 and cannot overflow.
 * F16 and BF16: a finite value that rounds past the largest finite value (65504 for
   F16, about 3.39e38 for BF16). The reference writes infinity there; strided refuses
   it as its own ``convert`` does. NaN and infinities are representable and kept, with
@@ -28,7 +35,7 @@ import numpy as np
 
 from .._core.errors import DTypeError, RangeError, ShapeError
 from ._ggml import GGML_TYPES, GGMLType
-from ._quantize_blocks import KERNELS, NonFinite, Scratch
+from ._quantize_blocks import KERNELS, NonFinite, ScaleOverflow, Scratch
 
 __all__ = ["FLOAT_TYPES", "QUANTIZABLE", "block_size", "quantize", "row_bytes"]
 
@@ -85,7 +92,8 @@ def quantize(rows: Array, type_name: str, where: str) -> Array:
     modified.
 
     Raises RangeError naming ``where``, the row and the columns for a block holding NaN
-    or infinity, and for an F16/BF16 value that overflows to infinity (see the module
+    or infinity, the row and block for a block whose F16 scale would overflow, and the
+    element for an F16/BF16 value that overflows to infinity (see the module
     docstring); DTypeError for another type or a non-float32 array; ShapeError unless
     ``rows`` is 2-D, C-contiguous and each row a whole number of blocks. No
     floating-point warning escapes.
@@ -129,6 +137,8 @@ def _blocks(rows: Array, out: Array, kind: GGMLType, where: str) -> None:
             kernel(chunk, blocks[start : start + step], scratch)
         except NonFinite as error:
             raise _non_finite(rows, kind, start + error.block, where) from None
+        except ScaleOverflow as error:
+            raise _scale_overflow(rows, kind, start + error.block, error, where) from None
 
 
 def _non_finite(rows: Array, kind: GGMLType, block: int, where: str) -> RangeError:
@@ -141,6 +151,22 @@ def _non_finite(rows: Array, kind: GGMLType, block: int, where: str) -> RangeErr
         f"{where}: row {row}, columns {first}-{first + kind.block_size - 1} (one "
         f"{kind.name} block) hold {float(rows[row, column])!r} at column {column}; a block "
         f"with NaN or infinity has no {kind.name} encoding"
+    )
+
+
+def _scale_overflow(
+    rows: Array, kind: GGMLType, block: int, error: ScaleOverflow, where: str
+) -> RangeError:
+    per_row = rows.shape[1] // kind.block_size
+    row, index = divmod(block, per_row)
+    first = index * kind.block_size
+    values = rows[row, first : first + kind.block_size]
+    column = first + int(np.argmax(np.abs(values)))
+    return RangeError(
+        f"{where}: row {row}, block {index} (columns {first}-{first + kind.block_size - 1}, "
+        f"one {kind.name} block): its {error.name} = {error.value!r} overflows F16 (largest "
+        f"finite 65504.0); the block's largest magnitude is {float(rows[row, column])!r} at "
+        f"column {column}"
     )
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from ._quants import E8M0_HALF
 
-__all__ = ["KERNELS", "NonFinite", "Scratch"]
+__all__ = ["KERNELS", "NonFinite", "ScaleOverflow", "Scratch"]
 
 Array = np.ndarray[Any, Any]
 
@@ -64,6 +64,18 @@ class NonFinite(Exception):
     def __init__(self, block: int) -> None:
         super().__init__(block)
         self.block = block
+
+
+class ScaleOverflow(Exception):
+    """Raised by a kernel for a block whose F16 field (the scale ``d``, or Q4_1/Q5_1's
+    minimum ``m``) rounds beyond F16's largest finite value: ``block`` is its row in x,
+    ``name`` the field, ``value`` the float32 value that overflowed."""
+
+    def __init__(self, block: int, name: str, value: float) -> None:
+        super().__init__(block, name, value)
+        self.block = block
+        self.name = name
+        self.value = value
 
 
 def _require_finite(*stats: Array) -> None:
@@ -186,9 +198,21 @@ def _signed_amax(x: Array, scratch: Scratch) -> Array:
     return value
 
 
-def _f16_into(out: Array, at: int, values: Array) -> None:
-    """Store float32 ``values`` (k,) as little-endian F16 at byte ``at`` of each row."""
-    np.copyto(field(out, at, "<f2"), values, casting="same_kind")
+def _f16_into(out: Array, at: int, values: Array, name: str = "scale d") -> None:
+    """Store float32 ``values`` (k,) as little-endian F16 at byte ``at`` of each row.
+
+    ScaleOverflow for the first value that the cast (round to nearest even) made
+    infinite: the reference writes that infinity, which reads back as infinity or NaN
+    for every value of the block. Checked on the stored bits, so the threshold is
+    exactly the cast's (a value below 65520 rounds to 65504 and is kept).
+    """
+    stored = field(out, at, "<f2")
+    np.copyto(stored, values, casting="same_kind")
+    bits = stored.view("<u2")
+    over = np.flatnonzero((bits & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+    if over.size:
+        first = int(over[0])
+        raise ScaleOverflow(first, name, float(values[first]))
 
 
 def _bytes_into(out: Array, at: int, source: Array, size: int, start: int = 0) -> None:
@@ -377,14 +401,14 @@ def _q5_0(x: Array, out: Array, scratch: Scratch) -> None:
 def _q4_1(x: Array, out: Array, scratch: Scratch) -> None:
     d, low, codes = _affine_codes(x, scratch, 15)
     _f16_into(out, 0, d)
-    _f16_into(out, 2, low)
+    _f16_into(out, 2, low, "minimum m")
     _bytes_into(out, 4, _nibble_pack(codes, False, scratch), 16)
 
 
 def _q5_1(x: Array, out: Array, scratch: Scratch) -> None:
     d, low, codes = _affine_codes(x, scratch, 31)
     _f16_into(out, 0, d)
-    _f16_into(out, 2, low)
+    _f16_into(out, 2, low, "minimum m")
     _bytes_into(out, 4, _high_bits(codes, scratch), 4)
     _bytes_into(out, 8, _nibble_pack(codes, True, scratch), 16)
 

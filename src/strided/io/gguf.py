@@ -40,6 +40,7 @@ from .._core.limits import MAX_GGUF_NAME_BYTES as _MAX_NAME_BYTES
 from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
 from .._core.memory import guard_function, guard_methods
 from .._core.shape import Shape
+from .._core.stored_float import F32Float, StoredFloatList
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions, checked_options
 from .._tensor.tensor import Tensor
 from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
@@ -72,7 +73,7 @@ _DEFAULT_ALIGNMENT = 32
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_STRING, _ARRAY, _BOOL = 8, 9, 7
+_STRING, _ARRAY, _BOOL, _FLOAT32 = 8, 9, 7, 6
 # Value type id -> (name, little-endian NumPy dtype) for the fixed-size types.
 _FIXED: dict[int, tuple[str, np.dtype[Any]]] = {
     0: ("UINT8", np.dtype("<u1")),
@@ -202,7 +203,8 @@ class _Reader:
         """The value and its type's text (``"FLOAT32"``, ``"ARRAY[STRING]"``...)."""
         fixed = _FIXED.get(vtype)
         if fixed is not None:
-            return self.fixed_array(vtype, 1, what)[0], fixed[0]
+            (value,) = self.fixed_array(vtype, 1, what)
+            return (F32Float(value) if vtype == _FLOAT32 else value), fixed[0]
         if vtype == _STRING:
             return self.string(what), "STRING"
         if vtype != _ARRAY:
@@ -264,6 +266,8 @@ class _Reader:
         # One vectorized read, however long the array.
         values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
         self.pos += count * dtype.itemsize
+        if vtype == _FLOAT32:  # the list says its elements' type once
+            return StoredFloatList(values.tolist(), DType.F32)
         if vtype != _BOOL:
             result: list[Any] = values.tolist()
             return result
@@ -326,9 +330,9 @@ class GGUFFile(TensorNames):
 
         Values are Python ints, floats, bools, strs and lists of them. A FLOAT32 value is
         the Python float equal to the stored F32 number exactly (``1e-05`` as F32 is
-        ``9.999999747378752e-06``); ``metadata_types`` says which values are F32, so
-        they can be shown with F32's shortest text: ``str(Scalar(DType.F32, value))``
-        gives ``1e-05``.
+        ``9.999999747378752e-06``) that remembers its type (an ``F32Float``; an
+        ``ARRAY[FLOAT32]``, nested too, is a ``StoredFloatList``, whose ``dtype`` is
+        F32), so it is shown with F32's shortest text (``1e-05``) however deep it sits.
         """
         return {key: _copied(value) for key, value in self._metadata.items()}
 
@@ -450,8 +454,10 @@ class GGUFFile(TensorNames):
 
 
 def _copied(value: Any) -> Any:
-    if type(value) is list:
-        return [_copied(item) for item in value] if value and type(value[0]) is list else value[:]
+    # Arrays hold arrays only or none (one level deep); ``copy`` keeps a StoredFloatList.
+    if isinstance(value, list):
+        nested = value and isinstance(value[0], list)
+        return [_copied(item) for item in value] if nested else value.copy()
     return value
 
 

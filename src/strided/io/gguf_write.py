@@ -30,6 +30,7 @@ from .._core.errors import FormatError, LimitError, ShapeError
 from .._core.limits import MAX_GGUF_DIMS, MAX_GGUF_KEY_BYTES, MAX_GGUF_NAME_BYTES
 from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
 from .._core.shape import Shape
+from .._core.stored_float import StoredFloat, StoredFloatList
 from ._ggml import GGML_TYPES, GGMLType
 from ._quantize import QUANTIZABLE
 
@@ -127,12 +128,13 @@ def value_type(value: object, where: str) -> str:
     ``BOOL``; ``str`` is ``STRING``; ``int`` is ``UINT32`` when ``0 <= v < 2**32``,
     ``INT32`` when negative and within INT32, else ``INT64`` or ``UINT64``, the type
     llama.cpp reads counts and sizes as; ``float`` is ``FLOAT32`` (the nearest F32, the
-    type llama.cpp reads every float key as; ``np.float64`` keeps F64). A list or
+    type llama.cpp reads every float key as; ``np.float64`` keeps F64), a float read in
+    a narrower type (``F32Float``, ``StoredFloatList`` elements) too. A list or
     tuple is an ``ARRAY``: of ``STRING``, ``BOOL`` or ``FLOAT32`` when its elements
     all are strings, bools or floats, of ``INT32`` when its integers all fit (else
     ``INT64``, else ``UINT64``), of arrays (one level) when its elements are lists; an
-    empty list is ``ARRAY[INT32]``. FormatError for anything else (None, bytes, mixed
-    lists), naming ``where``.
+    empty list is ``ARRAY[INT32]`` (``ARRAY[FLOAT32]`` when read from one). FormatError
+    for anything else (None, bytes, mixed lists), naming ``where``.
     """
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
@@ -152,7 +154,7 @@ def value_type(value: object, where: str) -> str:
             if low <= value <= high:
                 return name
         raise FormatError(f"{where}: the integer {value} fits no GGUF integer type")
-    if type(value) is float:
+    if type(value) is float or isinstance(value, StoredFloat):
         return "FLOAT32"
     if isinstance(value, (list, tuple)):
         return f"ARRAY[{_element_type(value, where)}]"
@@ -170,9 +172,11 @@ def _numpy_type(dtype: np.dtype[Any], where: str) -> str:
 
 def _element_type(items: Sequence[Any], where: str) -> str:
     if not items:
-        return "INT32"
-    kinds = {type(item) for item in items}
-    if kinds <= {list, tuple}:
+        # An empty array read from a FLOAT32 array still says so.
+        return "FLOAT32" if isinstance(items, StoredFloatList) else "INT32"
+    # A float read in a narrower type (an F32 from a GGUF file) is a float here.
+    kinds = {float if issubclass(kind, StoredFloat) else kind for kind in set(map(type, items))}
+    if all(issubclass(kind, (list, tuple)) for kind in kinds):
         inner = {_element_type(item, where) for item in items}
         return f"ARRAY[{inner.pop()}]" if len(inner) == 1 else "ARRAY"
     if len(kinds) != 1 or kinds.pop() not in (str, bool, int, float):

@@ -18,8 +18,8 @@ from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError, LimitError
 from .._core.limits import MAX_EXPANSION
 from .._core.memory import guard_function, guard_methods
-from .._core.scalar import Scalar
 from .._core.shape import Shape
+from .._core.stored_float import copied
 from .._kernels.digest import (
     UNREADABLE_PREFIX,
     combine,
@@ -40,7 +40,7 @@ from ..io._pickle_verdicts import PickleImport, judge
 from ..io._safetensors_header import DTYPE_BITS
 from ..io.dcp import DcpFile
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
-from ._metadata_text import metadata_digest
+from ._metadata_text import gguf_types, metadata_digest, shown, type_text
 from ._unreadable import unreadable_error
 
 __all__ = [
@@ -109,7 +109,6 @@ class Checkpoint(Mapping[str, Tensor]):
     """
 
     __slots__ = (
-        "_float32_keys",
         "_format",
         "_imports",
         "_infos",
@@ -132,7 +131,6 @@ class Checkpoint(Mapping[str, Tensor]):
         self._reader: _Reader | None = reader
         self._infos = infos
         self._metadata = metadata
-        self._float32_keys: frozenset[str] = frozenset()
         self._imports: tuple[PickleImport, ...] = ()
 
     @property
@@ -188,20 +186,32 @@ class Checkpoint(Mapping[str, Tensor]):
         the plain leaves beside the tensors, under their dotted names; a distributed
         checkpoint: each plain non-tensor item under its name, as one value.
         """
-        return {key: _copied(value) for key, value in self._metadata.items()}
+        return {key: copied(value) for key, value in self._metadata.items()}
+
+    @property
+    def metadata_types(self) -> dict[str, str]:
+        """Key -> the stored type of its value, as one text.
+
+        GGUF: GGUF's names (``UINT32``, ``STRING``, ``ARRAY[FLOAT32]``,
+        ``ARRAY[ARRAY[FLOAT32]]``). Other formats: ``F32``/``F16``/``BF16`` for a float
+        that kept its stored type (a NumPy ``float32``/``float16`` scalar in a pickle),
+        ``F64`` for a Python float, ``int``, ``str``, ``bool``, ``bytes``, ``null``,
+        ``dict``, ``list[T]`` (``list[*]`` for mixed or empty lists).
+        """
+        stored = gguf_types(self)
+        if stored is not None:
+            return stored
+        return {key: type_text(value) for key, value in self._metadata.items()}
 
     def display_metadata(self) -> dict[str, Any]:
-        """``metadata`` for people: GGUF FLOAT32 values as their shortest F32 text's value.
+        """``metadata`` for people: each float stored in a narrower type (a GGUF FLOAT32,
+        a NumPy ``float32``) as the float of its shortest text in that type.
 
         A GGUF FLOAT32 ``1e-05`` is stored as the F32 nearest to it, which as a Python
         float prints ``9.999999747378752e-06``; here it is the float of F32's shortest
-        round-trip text (``1e-05``), which rounds back to the same F32.
+        round-trip text (``1e-05``), which rounds back to the same F32. At any depth.
         """
-        shown = self.metadata
-        for key in self._float32_keys:
-            value = shown[key]
-            shown[key] = [_f32(v) for v in value] if isinstance(value, list) else _f32(value)
-        return shown
+        return {key: shown(value) for key, value in self._metadata.items()}
 
     def info(self, name: str) -> TensorInfo:
         """The tensor's name, dtype name, shape and stored byte length, from the header."""
@@ -270,7 +280,7 @@ class Checkpoint(Mapping[str, Tensor]):
         ``general.alignment`` and ``split.*`` keys are left out: they describe the file,
         not the model. A GGUF tokenizer is digested whole; nothing is copied.
         """
-        return metadata_digest(self._metadata, self._float32_keys)
+        return metadata_digest(self._metadata)
 
     def _stored(self, name: str) -> Any:
         """Private: the stored bytes of tensor ``name`` as a flat read-only uint8 array.
@@ -361,23 +371,9 @@ class Checkpoint(Mapping[str, Tensor]):
         return f"Checkpoint({self._path!r}, format={self._format!r}, {tensors})"
 
 
-def _f32(value: float) -> float:
-
-    return float(str(Scalar(DType.F32, value)))
-
-
 def has_dtype(type_name: str) -> bool:
     """Whether a stored type name (``TensorInfo.dtype``) is a strided DType's name."""
     return type_name in _DTYPES
-
-
-def _copied(value: Any) -> Any:
-    # Lists and dicts (a distributed checkpoint's items may hold both) are copied.
-    if isinstance(value, list):
-        return [_copied(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _copied(item) for key, item in value.items()}
-    return value
 
 
 def _dequantizable(type_name: str) -> bool:
@@ -480,11 +476,7 @@ def _from_gguf(where: str, handle: Any) -> Checkpoint:
         type_name, shape = handle.info(name)
         block_size, block_bytes = sizes[type_name]
         infos[name] = TensorInfo(name, type_name, shape, shape.numel // block_size * block_bytes)
-    checkpoint = Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
-    checkpoint._float32_keys = frozenset(
-        key for key, kind in handle.metadata_types.items() if kind in ("FLOAT32", "ARRAY[FLOAT32]")
-    )
-    return checkpoint
+    return Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
 
 
 class _GGUFReader:

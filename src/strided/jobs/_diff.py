@@ -230,8 +230,8 @@ def _change(
         offset = _first_difference(text_a, text_b)
         return {"status": status, "a": shorten(text_a, limit, offset),
                 "b": shorten(text_b, limit, offset), "offset": offset}  # fmt: skip
-    items_a = element_texts(value_a, _floats(a, key))
-    items_b = element_texts(value_b, _floats(b, key))
+    items_a = element_texts(value_a)
+    items_b = element_texts(value_b)
     index = _first_difference(items_a, items_b)
     return {
         "status": status,
@@ -252,7 +252,3 @@ def _first_difference(a: Sequence[str], b: Sequence[str]) -> int:
         if x != y:
             return index
     return min(len(a), len(b))
-
-
-def _floats(checkpoint: Checkpoint, key: str) -> DType:
-    return DType.F32 if key in checkpoint._float32_keys else DType.F64

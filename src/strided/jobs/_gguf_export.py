@@ -63,7 +63,8 @@ def encode_range(
     chunk). A plain type is the exact conversion of ``Tensor.convert``: RangeError
     naming the tensor and the element for a finite value beyond its range. A block type
     quantizes the values as float32 rows (exactly ``gguf.quants.quantize``): RangeError
-    naming the tensor, the rows and the block for a block holding NaN or infinity.
+    naming the tensor, the rows and the block for a block holding NaN or infinity or
+    whose F16 scale would overflow.
     """
     where = f"{checkpoint.path}: tensor {name!r}"
     source = Source(checkpoint, name, tensor)

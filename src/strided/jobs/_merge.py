@@ -230,7 +230,6 @@ def _checkpoint(
 ) -> MergedCheckpoint:
     infos = {name: first.info(name) for name in first}
     merged = MergedCheckpoint(first.path, "merged", reader, infos, first._metadata)
-    merged._float32_keys = first._float32_keys
     merged._layouts = dict(layouts or {})
     return merged
 

@@ -7,7 +7,9 @@ for that every value has one canonical text, ``canonical(value)``:
 * a str is itself; an int is its decimal text; a bool ``true``/``false``; None ``null``;
 * a float is the canonical text of its stored type (``str(Scalar)``): a GGUF FLOAT32
   value and a NumPy float32/float16 scalar keep their type (``1e-05``, not
-  ``9.999999747378752e-06``); a Python float is F64;
+  ``9.999999747378752e-06``); a Python float is F64. The type travels with the value
+  (``_core.stored_float``): a ``StoredFloat`` names its own, the floats of a
+  ``StoredFloatList`` (a GGUF ``ARRAY[FLOAT32]``, at any depth of a nest) the list's;
 * bytes are ``b64:`` followed by their base64 text;
 * a list or tuple is the compact JSON array of its elements' canonical texts
   (``["1","a"]``: every element a JSON string, non-ASCII characters kept as they are);
@@ -30,7 +32,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +40,8 @@ import numpy as np
 from .._core.dtype import DType
 from .._core.errors import DTypeError
 from .._core.floats import shortest_text
-from .._kernels.bulk_format import format_flat
+from .._core.stored_float import StoredFloat, StoredFloatList
+from .._kernels.bulk_format import format_flat, json_int_texts, json_strings, quoted_groups
 from .._kernels.digest import escape_name, sort_key
 
 if TYPE_CHECKING:
@@ -52,6 +55,8 @@ __all__ = [
     "gguf_types",
     "left_out",
     "metadata_digest",
+    "shown",
+    "type_text",
 ]
 
 _LEFT_OUT = frozenset({"format", "general.alignment"})
@@ -66,9 +71,10 @@ def left_out(key: str) -> bool:
 def canonical(value: object, floats: DType = DType.F64) -> str:
     """The canonical text of one metadata value (see the module docstring).
 
-    ``floats`` is the type Python floats were stored as (F32 for a GGUF FLOAT32 value
-    or array); it must hold each such value exactly. A value of a type metadata never
-    holds (a set, an object) is a TypeError.
+    ``floats`` is the type a plain ``float`` inside ``value`` was stored as (F64 unless
+    the caller knows better); it must hold each such value exactly. A ``StoredFloat``
+    names its own type, and a ``StoredFloatList`` its plain floats' type. A value of a
+    type metadata never holds (a set, an object) is a TypeError.
     """
     kind = type(value)
     if kind is str:
@@ -79,10 +85,14 @@ def canonical(value: object, floats: DType = DType.F64) -> str:
         return str(value)
     if kind is float:
         return shortest_text(floats, value)  # type: ignore[arg-type]
+    if isinstance(value, StoredFloat):
+        return shortest_text(value.dtype, value)
     if value is None:
         return "null"
+    if isinstance(value, StoredFloatList):
+        return _array_json(value, value.dtype)
     if isinstance(value, (list, tuple)):
-        return _json(element_texts(value, floats))
+        return _array_json(value, floats)
     if isinstance(value, dict):
         return _json(_object_texts(value, floats))
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -105,22 +115,51 @@ def _numpy_scalar(value: np.generic[Any]) -> str:
     return str(int(value))
 
 
-def element_texts(items: list[Any] | tuple[Any, ...], floats: DType = DType.F64) -> list[str]:
+def element_texts(items: list[Any] | tuple[Any, ...], floats: DType | None = None) -> list[str]:
     """The canonical text of each element of a list (bulk paths for long uniform arrays).
 
-    A vocabulary of 262,144 F32 scores is formatted in one vectorized pass, not one
+    ``floats`` is the type the list's plain floats were stored as: a
+    ``StoredFloatList``'s ``dtype`` always, else the caller's (F64 by default). A
+    vocabulary of 262,144 F32 scores is formatted in one vectorized pass, not one
     Python call per element.
     """
+    if isinstance(items, StoredFloatList):
+        floats = items.dtype
+    elif floats is None:
+        floats = DType.F64
     kinds = set(map(type, items))  # one pass in C, not a Python loop per element
     if len(kinds) == 1:
         (kind,) = kinds
         if kind is str:
             return list(items)
-        if kind is float and (floats is DType.F32 or floats is DType.F64):
+        if kind is float:
             return format_flat(np.asarray(items, dtype=floats.numpy), floats).split(",")
         if kind is int:
             return list(map(str, items))
     return [canonical(item, floats) for item in items]
+
+
+def _array_json(items: list[Any] | tuple[Any, ...], floats: DType) -> str:
+    """``_json(element_texts(items, floats))``, written directly for uniform arrays.
+
+    A vocabulary's tokens go to the JSON encoder as they are (``json_strings``); the
+    texts of numbers need no JSON escaping, so they are joined between quotes without
+    building a list of 262,144 strings and encoding it again. The result is the same
+    text either way.
+    """
+    if not items:
+        return "[]"
+    kinds = set(map(type, items))  # one pass in C, not a Python loop per element
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind is str:
+            return json_strings(list(items))
+        if kind is float:
+            flat = np.asarray(items, dtype=floats.numpy)
+            return '["' + '","'.join(quoted_groups(flat, floats)) + '"]'
+        if kind is int:
+            return json_int_texts(list(items))
+    return _json([canonical(item, floats) for item in items])
 
 
 def _object_texts(value: dict[Any, Any], floats: DType) -> dict[str, str]:
@@ -134,26 +173,20 @@ def _json(texts: list[str] | dict[str, str]) -> str:
     return json.dumps(texts, ensure_ascii=False, separators=(",", ":"))
 
 
-def canonical_metadata(
-    metadata: Mapping[str, Any], float32_keys: Collection[str] = ()
-) -> dict[str, str]:
+def canonical_metadata(metadata: Mapping[str, Any]) -> dict[str, str]:
     """``key -> canonical text`` for every key that is not left out, in the given order.
 
-    ``float32_keys`` names the keys whose floats were stored as F32 (GGUF FLOAT32 values
-    and arrays). The values are read, never changed.
+    Each float's width is read off the value itself (see the module docstring). The
+    values are read, never changed.
     """
-    return {
-        key: canonical(value, DType.F32 if key in float32_keys else DType.F64)
-        for key, value in metadata.items()
-        if not left_out(key)
-    }
+    return {key: canonical(value) for key, value in metadata.items() if not left_out(key)}
 
 
-def metadata_digest(metadata: Mapping[str, Any], float32_keys: Collection[str] = ()) -> str:
+def metadata_digest(metadata: Mapping[str, Any]) -> str:
     """SHA-256 (64 lowercase hex digits) of the lines ``KEY\\tCANONICAL\\n``, keys sorted
     by their UTF-8 bytes, both escaped as names are; keys left out by name are skipped.
     """
-    texts = canonical_metadata(metadata, float32_keys)
+    texts = canonical_metadata(metadata)
     total = hashlib.sha256()
     for key in sorted(texts, key=sort_key):
         total.update(sort_key(f"{escape_name(key)}\t{escape_name(texts[key])}\n"))
@@ -162,7 +195,7 @@ def metadata_digest(metadata: Mapping[str, Any], float32_keys: Collection[str] =
 
 def checkpoint_texts(checkpoint: Checkpoint) -> dict[str, str]:
     """The canonical texts of an open checkpoint's metadata (left-out keys dropped)."""
-    return canonical_metadata(checkpoint._metadata, checkpoint._float32_keys)
+    return canonical_metadata(checkpoint._metadata)
 
 
 def gguf_types(checkpoint: Checkpoint) -> dict[str, str] | None:
@@ -175,3 +208,60 @@ def gguf_types(checkpoint: Checkpoint) -> dict[str, str] | None:
     handle = getattr(checkpoint._open_reader(), "handle", None)
     types = getattr(handle, "metadata_types", None)
     return dict(types) if isinstance(types, dict) else None
+
+
+def shown(value: Any, floats: DType | None = None) -> Any:
+    """``value`` for people: each float that remembers a narrower stored type becomes
+    the float of its shortest text in that type (an F32 ``1e-05`` is stored as
+    ``9.999999747378752e-06``; shown, it is ``1e-05`` again, which rounds back to the
+    same F32); lists and dicts are copied as plain ones, at any depth.
+
+    ``floats`` is the stored type of the plain floats of a list (by default a
+    ``StoredFloatList``'s ``dtype``; pass it for a slice of one, which is a plain list).
+    """
+    if isinstance(value, StoredFloat):
+        return float(shortest_text(value.dtype, value))
+    if isinstance(value, list):
+        if floats is None:
+            floats = value.dtype if isinstance(value, StoredFloatList) else DType.F64
+        if floats is DType.F64:
+            return [shown(item) for item in value]
+        return [
+            float(shortest_text(floats, item)) if type(item) is float else shown(item)
+            for item in value
+        ]
+    if isinstance(value, dict):
+        return {key: shown(item) for key, item in value.items()}
+    return value
+
+
+_TYPE_NAMES = {str: "str", int: "int", bool: "bool", float: "F64", bytes: "bytes"}
+
+
+def type_text(value: Any) -> str:
+    """The stored type of a metadata value of a format without GGUF's type names.
+
+    ``F32``/``F16``/... for a float that remembers its type, ``F64`` for a plain float;
+    ``int``, ``str``, ``bool``, ``bytes``, ``null``, ``dict``; ``list[T]`` for a list
+    whose elements all have the type ``T`` (a ``StoredFloatList`` of F32:
+    ``list[F32]``), ``list[*]`` when they differ or the list is empty.
+    """
+    if isinstance(value, StoredFloat):
+        return value.dtype.name
+    if value is None:
+        return "null"
+    named = _TYPE_NAMES.get(type(value))
+    if named is not None:
+        return named
+    if isinstance(value, dict):
+        return "dict"
+    if not isinstance(value, (list, tuple)):
+        return type(value).__name__
+    floats = value.dtype.name if isinstance(value, StoredFloatList) else "F64"
+    kinds = set(map(type, value))  # one pass in C: a vocabulary is one kind
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind in _TYPE_NAMES:
+            return f"list[{floats if kind is float else _TYPE_NAMES[kind]}]"
+    inner = {floats if type(item) is float else type_text(item) for item in value}
+    return f"list[{inner.pop()}]" if len(inner) == 1 else "list[*]"
