@@ -53,14 +53,13 @@ def run_scan(args: argparse.Namespace) -> int:
         message = None if found.error is None else with_path(path, found.error)
         for member, reason in found.unread.items():
             print(
-                f"strided: {safe(path)}: {safe(member)} not read: {safe(reason)}", file=sys.stderr
+                f"strided: {safe(path)}: {safe(member)}: not read: {safe(reason)}", file=sys.stderr
             )
         if message is not None:
             # A file that cannot be read stops only its own scan.
             print(f"strided: {message}", file=sys.stderr)
-        status = max(status, found.status) if status != 1 else 1
-        if found.status == 1:
-            status = 1
+        # Any unknown or dangerous import decides the status: 1 outranks 2.
+        status = 1 if 1 in (status, found.status) else max(status, found.status)
         files.append(
             {
                 "path": path,

@@ -171,7 +171,8 @@ class Checkpoint(Mapping[str, Tensor]):
 
         safetensors: the ``__metadata__`` strings; GGUF: the key-value pairs; PyTorch:
         the plain leaves beside the tensors, under their dotted names; a distributed
-        checkpoint: each plain non-tensor item under its name, as one value.
+        checkpoint: each plain non-tensor item under its name, flattened as in a
+        ``torch.save`` file (``optim.param_groups.0.betas.0``).
         """
         return {key: _copied(value) for key, value in self._metadata.items()}
 
