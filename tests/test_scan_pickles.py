@@ -260,6 +260,8 @@ RUNS_CODE = [
     ("torch.multiprocessing.spawn", "spawn"),
     ("torch.distributed.checkpoint.format_utils", "dcp_to_torch_save"),
     ("torch._ops", "import_module"),
+    ("numpy.testing._private.utils", "runstring"),
+    ("numpy.f2py", "compile"),
     ("builtins", "getattr"),
     ("builtins", "setattr"),
     ("builtins", "eval"),

@@ -96,6 +96,8 @@ DANGEROUS_MODULES = frozenset(
         "torch.distributed.launch", "torch.distributed.launcher",
         "torch.distributed.elastic", "torch.distributed.rpc", "torch.backends.xeon",
         "torch._functorch", "torch._higher_order_ops",
+        # NumPy's build and test helpers run compilers, subprocesses and code strings
+        "numpy.f2py", "numpy.distutils", "numpy.testing",
     }
 )  # fmt: skip
 
