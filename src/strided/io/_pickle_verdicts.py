@@ -9,7 +9,11 @@ can judge a file before anyone loads it another way.
   allow-list, ``_pickle_globals.GLOBALS``, or in the table a reader passes).
 * ``"dangerous"``: a callable that runs code, imports, or touches the system (files,
   processes, the network, the interpreter's own state), or a gadget that calls
-  whatever it is handed. Judged by the table below, the one place it is written.
+  whatever it is handed. Judged by the table below, the one place it is written: whole
+  modules (torch's own helpers that ``exec``, ``eval``, compile, import or start
+  processes among them: ``torch.jit``, ``torch.fx``, ``torch.serialization``,
+  ``torch.utils.collect_env``...), single names, every ``builtins`` name but the
+  constructors strict mode reads, and any dunder name (``torch.__getattr__`` imports).
 * ``"unknown"``: anything else, such as a model's own classes (``mymodel.Net``) and
   library classes. Loading such a file with ``pickle`` would import that module and
   run its code, which strided cannot vouch for; strided opens it only with
