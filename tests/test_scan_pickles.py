@@ -171,6 +171,20 @@ def test_a_failed_open_still_reports_what_was_named(hostile: dict[str, dict[str,
         ]
 
 
+def test_a_refused_metadata_lists_every_global_it_names(tmp_path: Path) -> None:
+    import os
+    import pickle
+
+    folder = tmp_path / "dcp"
+    folder.mkdir()
+    calls = [payloads.Call(os.system, "true"), payloads.Call(exec, "1")]
+    (folder / ".metadata").write_bytes(pickle.dumps(calls, protocol=4))
+    found = scan(folder)
+    assert found.returncode == 1
+    system = f"{os.system.__module__}.system"
+    assert dangerous_lines(found.stdout) == [(system, ".metadata"), ("builtins.exec", ".metadata")]
+
+
 def test_imports_carry_their_member_in_the_python_api(hostile: dict[str, dict[str, Any]]) -> None:
     with st.open_checkpoint(hostile["npz"]["path"]) as checkpoint:
         assert checkpoint.format == "npz" and list(checkpoint) == ["w"]

@@ -178,6 +178,11 @@ def read_layout(data: memoryview, where: str, budget: ParseBudget) -> Layout:
     machine = _Machine(data, 0, where, None, budget, DCP_GLOBALS, False, imports)
     try:
         root, end = machine.run()
+    except FormatError:
+        # Refused at its first foreign global, where pickle.load would go on: the rest is
+        # walked as inert records only so the import log lists everything it names.
+        _record_all(data, where, budget, imports)
+        raise
     except DataError:
         raise
     except (ValueError, OverflowError, struct.error) as exc:
@@ -186,6 +191,17 @@ def read_layout(data: memoryview, where: str, budget: ParseBudget) -> Layout:
     if end != len(data):
         raise FormatError(f"{where}: {len(data) - end} bytes after the pickle's STOP")
     return _Walk(where, budget).layout(root, tuple(imports))
+
+
+def _record_all(
+    data: memoryview, where: str, budget: ParseBudget, imports: dict[tuple[str, str], None]
+) -> None:
+    """Run the pickle leniently for the globals it names (into ``imports``); its value
+    and any fault of its own are dropped (the strict run's error is the one raised)."""
+    try:
+        _Machine(data, 0, where, None, budget, DCP_GLOBALS, True, imports).run()
+    except (DataError, ValueError, OverflowError, struct.error):
+        pass
 
 
 class _Walk:
