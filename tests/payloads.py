@@ -62,9 +62,9 @@ def torch_file(path: Path, payload: Call) -> Path:
     return path
 
 
-def bare_pickle(path: Path, payload: Call) -> Path:
-    """A file that is one pickle (``.pkl``, ``.pickle``, a ``.bin``), protocol 4."""
-    path.write_bytes(pickle.dumps({"extra": payload}, protocol=4))
+def bare_pickle(path: Path, payload: Call, protocol: int = 4) -> Path:
+    """A file that is one pickle (``.pkl``, ``.pickle``, a ``.bin``)."""
+    path.write_bytes(pickle.dumps({"extra": payload}, protocol=protocol))
     return path
 
 

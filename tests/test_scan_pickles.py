@@ -80,6 +80,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         lambda call: payloads.npz_file(base / "b.npz", call, True), "extra.npy")  # fmt: skip
     add("pickle", "torch", "exec",
         lambda call: payloads.bare_pickle(base / "c.pickle", call), "c.pickle")  # fmt: skip
+    add("pickle-protocol-0", "torch", "system",
+        lambda call: payloads.bare_pickle(base / "p0.pkl", call, 0), "p0.pkl")  # fmt: skip
     add("npy", "numpy", "exec_wrapper",
         lambda call: payloads.npy_file(base / "a.npy", call), "a.npy")  # fmt: skip
     add("dcp-item", "dcp", "system",
@@ -183,6 +185,16 @@ def test_a_refused_metadata_lists_every_global_it_names(tmp_path: Path) -> None:
     assert found.returncode == 1
     system = f"{os.system.__module__}.system"
     assert dangerous_lines(found.stdout) == [(system, ".metadata"), ("builtins.exec", ".metadata")]
+
+
+def test_a_file_no_format_recognizes_is_no_import_list(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not a checkpoint\n")
+    found = run(sys.executable, "-m", "strided", "scan", "--json", str(text))
+    document = json.loads(found.stdout)
+    assert document["status"] == found.returncode == 2
+    assert document["files"][0]["imports"] == [] and document["files"][0]["unread"] == {}
+    assert len(found.stderr.splitlines()) == 1
 
 
 def test_imports_carry_their_member_in_the_python_api(hostile: dict[str, dict[str, Any]]) -> None:

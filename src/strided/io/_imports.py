@@ -47,6 +47,10 @@ class ImportLog:
         """Note that the pickle ``label`` was not read, and why."""
         self.unread[label] = reason
 
+    def seen(self) -> bool:
+        """Whether any pickle was met at all (read, named something, or left unread)."""
+        return bool(self._members or self.unread)
+
     def entries(self) -> Iterator[tuple[str, str, str, Mapping[str, Global]]]:
         """``(module, name, member, table)`` for every global, member by member."""
         for label, (table, named) in self._members.items():

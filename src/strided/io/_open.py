@@ -28,7 +28,7 @@ from ._detect import (
     folder_format,
     matching,
 )
-from ._object_pickles import object_pickle_start, record_object_pickle
+from ._object_pickles import object_pickle_start, record_pickle
 from ._zip import DEFLATED, STORED, read_zip
 from .dcp import open_dcp
 from .gguf import open_gguf
@@ -83,7 +83,7 @@ def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Ope
             # array itself is refused below, as strided holds no object arrays).
             raw = map_file(file, size, where)
             data = memoryview(raw[start:])  # type: ignore[arg-type]
-            record_object_pickle(data, Path(where).name, f"{where}: pickle", budget)
+            record_pickle(data, Path(where).name, f"{where}: pickle", budget)
     return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
 
 

@@ -63,7 +63,7 @@ from ._common import (
     map_file,
     open_regular,
 )
-from ._object_pickles import object_pickle_start, record_object_pickle
+from ._object_pickles import object_pickle_start, record_pickle
 from ._zip import (
     DEFLATED,
     STORED,
@@ -301,7 +301,7 @@ def _record_pickle(
     if start is None or start > member.size:
         return
     data = memoryview(content[start:])  # type: ignore[arg-type]
-    record_object_pickle(data, member.name, f"{where}: pickle", budget)
+    record_pickle(data, member.name, f"{where}: pickle", budget)
 
 
 def _unreadable_reason(head: bytes, size: int, where: str) -> str:

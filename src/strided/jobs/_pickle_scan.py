@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .._core.errors import DataError
+from .._core.errors import DataError, FormatError
 from .._core.memory import guard_function
 from ..io._budget import ParseBudget
 from ..io._common import label
 from ..io._http import is_url
+from ..io._object_pickles import record_unrecognized
 from ..io._pickle_verdicts import PickleImport, judge_log
 from ._checkpoint import open_checkpoint, open_local
 
@@ -62,5 +63,11 @@ def scan_pickles(path: str | os.PathLike[str]) -> PickleScan:
         with open_local(where, False, True, budget) as checkpoint:
             kind = checkpoint.format
     except (DataError, OSError, UnicodeError) as error:
+        if isinstance(error, FormatError) and not budget.imports.seen():
+            # No format took it: it may be a protocol 0/1 pickle, which torch.load runs.
+            try:
+                record_unrecognized(where, budget)
+            except (DataError, OSError):
+                pass  # the open's own error is the one reported
         return PickleScan(None, judge_log(budget.imports), dict(budget.imports.unread), error)
     return PickleScan(kind, judge_log(budget.imports), dict(budget.imports.unread), None)
