@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -214,9 +213,14 @@ def test_imports_carry_their_member_in_the_python_api(hostile: dict[str, dict[st
 
 def test_torchscript_constants_pickle_is_scanned(tmp_path: Path) -> None:
     source = tmp_path / "script.pt"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit.script is deprecated, still written
-        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 3)), str(source))
+    # Scripted in a child: torch.jit caches compiled classes per process, which would
+    # change the archives other test modules script.
+    script = (
+        "import sys, warnings, torch\n"
+        "warnings.simplefilter('ignore')\n"
+        "torch.jit.save(torch.jit.script(torch.nn.Linear(2, 3)), sys.argv[1])\n"
+    )
+    assert run(sys.executable, "-c", script, str(source)).returncode == 0
     crafted = payloads.torchscript_constants(tmp_path / "hostile.pt", source, tmp_path / "s")
     clean = scan(source)
     assert clean.returncode == 0, clean.stdout
