@@ -71,13 +71,17 @@ def raw(tensor: Any) -> bytes:
     return bytes(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
 
 
-def plain(value: Any) -> Any:
-    """A value as the checkpoint's metadata holds it (tuples become lists)."""
+def dotted(name: str, value: Any) -> dict[str, Any]:
+    """A value torch loaded, flattened as a torch.save file's metadata is (lists, tuples
+    and dicts become dotted keys: ``optim.param_groups.0.betas.0``)."""
     if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
+        value = dict(enumerate(value))
     if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return value
+        found: dict[str, Any] = {}
+        for key, item in value.items():
+            found.update(dotted(f"{name}.{key}", item))
+        return found
+    return {name: value}
 
 
 def same_as_reference(folder: Path) -> st.Checkpoint:
@@ -91,17 +95,23 @@ def same_as_reference(folder: Path) -> st.Checkpoint:
         assert list(ours.shape) == list(expected.shape), name
         assert ours.numpy().tobytes() == raw(expected), name
     metadata = checkpoint.metadata
-    assert set(metadata) == set(values)
+    expected: dict[str, Any] = {}
     for name, value in values.items():
-        assert json.dumps(metadata[name]) == json.dumps(plain(value)), name
-        assert type(metadata[name]) is type(plain(value)), name
+        expected.update(dotted(name, value))
+    assert set(metadata) == set(expected)
+    for name, value in expected.items():
+        assert json.dumps(metadata[name]) == json.dumps(value), name
+        assert type(metadata[name]) is type(value), name
+    # The folder and its dcp_to_torch_save file have the same metadata, key for key.
+    with st.open_checkpoint(f"{folder}.pt") as consolidated:
+        assert metadata == consolidated.metadata
     assert checkpoint.unreadable == {}
     return checkpoint
 
 
 def test_one_process_folder_equals_torch_consolidation(single: Path) -> None:
     checkpoint = same_as_reference(single)
-    assert checkpoint.metadata["cfg.betas"] == [0.9, 0.95]
+    assert [checkpoint.metadata[f"cfg.betas.{i}"] for i in (0, 1)] == [0.9, 0.95]
     assert checkpoint.metadata["cfg.none"] is None
     assert checkpoint.info("model.empty").shape == st.Shape([0, 3])
     assert checkpoint.info("model.scale").shape == st.Shape([])
@@ -120,9 +130,11 @@ def test_two_rank_folder_equals_torch_consolidation(two: Path) -> None:
     assert files == {"__0_0.distcp", "__1_0.distcp"}
     checkpoint = same_as_reference(two)
     assert checkpoint.info("model.down.weight").dtype == "BF16"
-    assert checkpoint.metadata["cfg.layers"] == [1, 2, 3]
+    assert [checkpoint.metadata[f"cfg.layers.{i}"] for i in range(3)] == [1, 2, 3]
     params = ["up.weight", "up.bias", "down.weight", "gate.weight"]
-    assert checkpoint.metadata["optim.param_groups.0.params"] == params
+    names = [f"optim.param_groups.0.params.{i}" for i in range(4)]
+    assert [checkpoint.metadata[name] for name in names] == params
+    assert checkpoint.metadata["optim.param_groups.0.betas.0"] == 0.9
 
 
 def test_the_metadata_file_opens_its_folder(two: Path) -> None:

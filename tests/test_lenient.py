@@ -157,8 +157,14 @@ def test_a_sharded_index_of_whole_models_opens_leniently(tmp_path: Path) -> None
     with st.open_checkpoint(index, lenient=True) as checkpoint:
         assert_state_dict(checkpoint, expected)
         named = [str(found) for found in checkpoint.imports]
+        members = [found.member for found in checkpoint.imports]
     assert named.index("tests.lenient_models.Tiny") < named.index("tests.lenient_models.Tied")
-    assert len(named) == len(set(named))
+    # Each once per pickle, each shard's pickle named by its file and archive member.
+    assert len(set(zip(named, members, strict=True))) == len(named)
+    assert list(dict.fromkeys(members)) == [
+        "part-1.bin:part-1/data.pkl",
+        "part-2.bin:part-2/data.pkl",
+    ]
 
 
 def test_records_are_named_by_arguments_items_and_state(tmp_path: Path) -> None:

@@ -65,7 +65,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_scan_lists_every_global_with_its_verdict(files: dict[str, Path]) -> None:
     weights = strided("scan", str(files["weights"]))
     named = globals_named(files["weights"])
-    lines = [f"  {name.ljust(max(map(len, named)))}  data" for name in named]
+    member = f"{files['weights'].stem}/data.pkl"  # the archive's pickle, by its zip name
+    lines = [f"  {name.ljust(max(map(len, named)))}  data  {member}" for name in named]
     assert (weights.returncode, weights.stderr) == (0, "")
     assert weights.stdout.splitlines() == [
         f"{files['weights']}: pytorch, {len(named)} imports ({len(named)} data)",
@@ -108,13 +109,18 @@ def test_scan_exit_status_and_formats_without_pickles(files: dict[str, Path]) ->
 def test_scan_json(files: dict[str, Path]) -> None:
     found = strided("scan", "--json", str(files["model"]), str(files["garbage"]))
     document = json.loads(found.stdout)
-    assert document["status"] == found.returncode == 2
+    # An unknown import outranks a file that cannot be read.
+    assert document["status"] == found.returncode == 1
     first, second = document["files"]
     assert first["format"] == "pytorch" and first["error"] is None
     named = [f"{item['module']}.{item['name']}" for item in first["imports"]]
     assert named == globals_named(files["model"])
     assert {item["verdict"] for item in first["imports"]} == {"data", "unknown"}
-    assert second["imports"] is None and str(files["garbage"]) in second["error"]
+    assert {item["member"] for item in first["imports"]} == {"model/data.pkl"}
+    assert second["format"] is None and second["imports"] == []
+    assert str(files["garbage"]) in second["error"]
+    alone = strided("scan", "--json", str(files["garbage"]), str(files["weights"]))
+    assert json.loads(alone.stdout)["status"] == alone.returncode == 2
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -169,11 +175,13 @@ def test_hash_verify_diff_inspect_take_lenient(files: dict[str, Path], tmp_path:
     assert summary.startswith(f"imports: {data} data, {len(scanned) - data} unknown (")
     assert "tests.lenient_models.Wide" in summary
     document = json.loads(strided("inspect", "--lenient", "--json", model).stdout)
-    assert {"module": "tests.lenient_models", "name": "Wide", "verdict": "unknown"} in (
-        document["imports"]
-    )
+    assert {
+        "module": "tests.lenient_models", "name": "Wide", "verdict": "unknown",
+        "member": "model/data.pkl",
+    } in document["imports"]  # fmt: skip
     assert json.loads(strided("inspect", "--json", weights).stdout)["imports"][0] == {
-        "module": "collections", "name": "OrderedDict", "verdict": "data"
+        "module": "collections", "name": "OrderedDict", "verdict": "data",
+        "member": "weights/data.pkl",
     }  # fmt: skip
 
 

@@ -139,6 +139,9 @@ MAX_SAFETENSORS_HEADER_DEPTH = 3  # top object, tensor entry (or __metadata__), 
 MAX_INDEX_BYTES = 100_000_000
 MAX_INDEX_DEPTH = 16
 MAX_NPY_HEADER_BYTES = 10_000  # an .npy header's text (NumPy writes well under this)
+# A deflated .npz object-array member is inflated up to this many bytes to record the
+# globals its pickle names; a larger one is left unread (and a scan says so, never clean).
+MAX_INFLATED_OBJECT_PICKLE = 1 << 26
 MAX_GGUF_STRING_BYTES = 1 << 26  # one GGUF string
 MAX_GGUF_HEADER_FETCH = 1 << 28  # a remote GGUF header is fetched as parsed, this in all
 MAX_GGUF_METADATA_VALUES = 1 << 24  # metadata values (array elements included)

@@ -79,15 +79,18 @@ def add_scan(commands: Any, command: Callable[..., argparse.ArgumentParser], run
         commands,
         "scan",
         "list the globals a checkpoint's pickles name, judged data, unknown or dangerous",
-        "Reads each PyTorch pickle as data (nothing is imported or run, in any mode)\n"
-        "and lists every module.name it names, in first-use order: 'data' (read by\n"
-        "default), 'unknown' (needs --lenient: a model's own classes, for instance) or\n"
-        "'DANGEROUS' (runs code or touches the system if unpickled: os.system,\n"
-        "builtins.eval, subprocess.Popen, torch.load...). Formats without pickles\n"
-        "name nothing.",
-        "strided scan model.pt pytorch_model.bin",
-        "exit status: 0 every import is data, 1 some import is unknown or dangerous,\n"
-        "2 a file cannot be read (or bad usage).",
+        "Reads every pickle a loader would run as data (nothing is imported or run):\n"
+        "torch archives, TorchScript data.pkl/constants.pkl, bare pickle files,\n"
+        "object arrays in .npy/.npz, a distributed checkpoint's .metadata and items.\n"
+        "Lists every module.name each names, with the member it comes from: 'data'\n"
+        "(read by default), 'unknown' (needs --lenient: a model's own classes, for\n"
+        "instance) or 'DANGEROUS' (runs code or touches the system if unpickled:\n"
+        "os.system, builtins.eval, torch.utils.collect_env.run, torch.load...).\n"
+        "Formats without pickles name nothing.",
+        "strided scan model.pt pytorch_model.bin checkpoints/step_1000",
+        "exit status: 0 every import is data, 1 some import is unknown or dangerous\n"
+        "(also in a file that then fails to open), 2 a file or pickle cannot be read\n"
+        "and nothing unknown or dangerous was seen (or bad usage).",
     )
     scan.add_argument("path", metavar="PATH", nargs="+", help="checkpoints to scan")
     scan.add_argument("--json", action="store_true", help="print one JSON document")

@@ -1,7 +1,7 @@
 """``strided inspect``: every tensor of a checkpoint with sample statistics, as a table or JSON.
 
 ``--json`` prints ``{"path", "format", "metadata", "tensors", "totals", "unreadable",
-"imports"}`` (``imports``: ``[{"module", "name", "verdict"}]``, the globals a pickle
+"imports"}`` (``imports``: ``[{"module", "name", "verdict", "member"}]``, the globals a pickle
 names, ``[]`` for formats without pickles; the table shows them as one summary line,
 ``imports: 4 data, 1 unknown (mymodel.Net)``). In a tensor
 row, ``min``, ``max`` and ``mean`` are always strings of canonical text (``"0.1"``,

@@ -2,20 +2,24 @@
 
 Per file, the imports the way the Hugging Face Hub lists "Detected Pickle imports":
 ``model.pt: pytorch, 7 imports (5 data, 1 unknown, 1 dangerous)``, then one line per
-``module.name`` in first-use order with its verdict (``data``; ``unknown``;
-``DANGEROUS``). The list is the interpreter's own record of what it resolved (a name
-assembled through the memo or the stack shows as what it resolved to), taken from a
-lenient open, so a file strict mode refuses is listed whole; nothing it names is ever
-imported or run. A format without pickles (safetensors, GGUF, NumPy, JSON) names
-nothing and says so.
+``module.name`` with its verdict (``data``; ``unknown``; ``DANGEROUS``) and the pickle
+it comes from (``archive/data.pkl``; an ``.npz`` member; a distributed checkpoint's
+``.metadata`` or item), pickle by pickle in first-use order. The list is the
+interpreter's own record of what it resolved (a name assembled through the memo or the
+stack shows as what it resolved to), taken from a lenient open, so a file strict mode
+refuses is listed whole; nothing it names is ever imported or run. A format without
+pickles (safetensors, GGUF, plain NumPy, JSON) names nothing and says so.
 
-Exit status: 0 when every import of every file is ``data``, 1 when any is ``unknown``
-or ``dangerous``, 2 when a file cannot be read (a one-line error on stderr; the other
-files are still scanned).
+Exit status: 0 when every import of every pickle read is ``data``; 1 when any is
+``unknown`` or ``dangerous``, also in a file whose open then failed (its imports are
+printed, the error on stderr); 2 when a file or one of its pickles could not be read
+and nothing unknown or dangerous was seen (a one-line error on stderr; the other files
+are still scanned).
 
 ``--json`` prints ``{"files": [{"path", "format", "imports": [{"module", "name",
-"verdict"}], "error"}], "status"}`` (``format`` and ``imports`` null for an unreadable
-file, ``error`` null otherwise).
+"verdict", "member"}], "unread", "error"}], "status"}`` (``format`` null when the file
+could not be opened, ``imports`` what was named before that; ``unread`` maps a pickle
+left unread to why; ``error`` null when the open succeeded).
 
 The parser is in ``_commands``; this module is imported when the command runs (the
 reason the command line's other modules give too: ``--help`` answers at once).
@@ -29,8 +33,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .._core.errors import DataError
-from ..jobs._checkpoint import PickleImport, open_checkpoint
+from ..jobs._checkpoint import PickleImport
+from ..jobs._pickle_scan import scan_pickles
 from ._text import safe, with_path
 
 __all__ = ["import_summary", "run_scan"]
@@ -45,25 +49,29 @@ def run_scan(args: argparse.Namespace) -> int:
     files: list[dict[str, Any]] = []
     status = 0
     for path in args.path:
-        try:
-            with open_checkpoint(path, lenient=True) as checkpoint:
-                kind, imports = checkpoint.format, checkpoint.imports
-        except (DataError, OSError, UnicodeError) as error:
+        found = scan_pickles(path)
+        message = None if found.error is None else with_path(path, found.error)
+        for member, reason in found.unread.items():
+            print(
+                f"strided: {safe(path)}: {safe(member)}: not read: {safe(reason)}", file=sys.stderr
+            )
+        if message is not None:
             # A file that cannot be read stops only its own scan.
-            message = with_path(path, error)
             print(f"strided: {message}", file=sys.stderr)
-            files.append({"path": path, "format": None, "imports": None, "error": message})
-            status = 2
-            continue
-        if any(found.verdict != "data" for found in imports):
-            status = max(status, 1)
-        files.append({"path": path, "format": kind, "imports": imports, "error": None})
-        if not args.json:
-            _print_file(path, kind, imports)
+        # Any unknown or dangerous import decides the status: 1 outranks 2.
+        status = 1 if 1 in (status, found.status) else max(status, found.status)
+        files.append(
+            {
+                "path": path,
+                "format": found.format,
+                "imports": [item._asdict() for item in found.imports],
+                "unread": found.unread,
+                "error": message,
+            }
+        )
+        if not args.json and (found.error is None or found.imports):
+            _print_file(path, found.format or "unreadable", found.imports)
     if args.json:
-        for entry in files:
-            if entry["imports"] is not None:
-                entry["imports"] = [found._asdict() for found in entry["imports"]]
         print(json.dumps({"files": files, "status": status}, indent=1, ensure_ascii=False))
     return status
 
@@ -78,8 +86,10 @@ def _print_file(path: str, kind: str, imports: Sequence[PickleImport]) -> None:
     print(f"{safe(path)}: {kind}, {len(imports):,} {noun} ({told})")
     names = [safe(str(found)) for found in imports]
     width = max(len(name) for name in names)
-    for name, found in zip(names, imports, strict=True):
-        print(f"  {name.ljust(width)}  {_LABEL[found.verdict]}")
+    labels = [_LABEL[found.verdict] for found in imports]
+    wide = max(len(text) for text in labels)
+    for name, shown, found in zip(names, labels, imports, strict=True):
+        print(f"  {name.ljust(width)}  {shown.ljust(wide)}  {safe(found.member)}".rstrip())
 
 
 def _counts(imports: Sequence[PickleImport]) -> dict[str, int]:

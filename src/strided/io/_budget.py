@@ -21,6 +21,7 @@ import sys
 
 from .._core.errors import LimitError
 from .._core.limits import BUDGET_BASE, BUDGET_FACTOR
+from ._imports import ImportLog
 
 __all__ = ["ITEM_BYTES", "OBJECT_BYTES", "TEXT_BYTES", "ParseBudget", "char_bytes", "text_bytes"]
 
@@ -59,14 +60,17 @@ class ParseBudget:
     reads; ``charge(n, what)`` spends ``n`` bytes and raises LimitError (naming
     ``where`` and ``what``) once the total spent passes the allowance. Nothing is
     refunded: the budget bounds everything an open builds, also what it drops again.
+    ``imports`` is the open's ``ImportLog`` (what its pickles name, per member), kept
+    here because this is the one object every reader of the open is handed.
     """
 
-    __slots__ = ("limit", "spent", "where")
+    __slots__ = ("imports", "limit", "spent", "where")
 
     def __init__(self, where: str, base: int = BUDGET_BASE) -> None:
         self.where = where
         self.limit = base
         self.spent = 0
+        self.imports = ImportLog()
 
     def grant(self, header_bytes: int) -> None:
         """Allow ``BUDGET_FACTOR`` bytes more for each of ``header_bytes`` bytes read."""

@@ -43,7 +43,15 @@ from ._pickle import Machine
 from ._pickle_data import Global, Record, TorchSize, describe
 from ._pickle_globals import GLOBALS
 
-__all__ = ["DCP_GLOBALS", "Chunk", "Layout", "Span", "TensorEntry", "read_layout"]
+__all__ = [
+    "DCP_GLOBALS",
+    "DCP_METADATA_MEMBER",
+    "Chunk",
+    "Layout",
+    "Span",
+    "TensorEntry",
+    "read_layout",
+]
 
 _METADATA = "torch.distributed.checkpoint.metadata"
 _FILESYSTEM = "torch.distributed.checkpoint.filesystem"
@@ -87,6 +95,7 @@ _INERT = (
 )
 _KIND_OF = {full: kind for kind, names in _CLASSES.items() for full in names}
 _MAX_OFFSET = 1 << 62  # offsets and lengths beyond this are not a real file's
+DCP_METADATA_MEMBER = ".metadata"  # how the import record names the metadata pickle
 
 
 def _table() -> dict[str, Global]:
@@ -165,10 +174,15 @@ def read_layout(data: memoryview, where: str, budget: ParseBudget) -> Layout:
     imported or called), as is anything DCP does not write where it writes it;
     LimitError when a cap or ``budget`` (the open's parse budget) is exceeded.
     """
-    imports: dict[tuple[str, str], None] = {}
+    imports = budget.imports.member(DCP_METADATA_MEMBER, DCP_GLOBALS)
     machine = _Machine(data, 0, where, None, budget, DCP_GLOBALS, False, imports)
     try:
         root, end = machine.run()
+    except FormatError:
+        # Refused at its first foreign global, where pickle.load would go on: the rest is
+        # walked as inert records only so the import log lists everything it names.
+        _record_all(data, where, budget, imports)
+        raise
     except DataError:
         raise
     except (ValueError, OverflowError, struct.error) as exc:
@@ -177,6 +191,17 @@ def read_layout(data: memoryview, where: str, budget: ParseBudget) -> Layout:
     if end != len(data):
         raise FormatError(f"{where}: {len(data) - end} bytes after the pickle's STOP")
     return _Walk(where, budget).layout(root, tuple(imports))
+
+
+def _record_all(
+    data: memoryview, where: str, budget: ParseBudget, imports: dict[tuple[str, str], None]
+) -> None:
+    """Run the pickle leniently for the globals it names (into ``imports``); its value
+    and any fault of its own are dropped (the strict run's error is the one raised)."""
+    try:
+        _Machine(data, 0, where, None, budget, DCP_GLOBALS, True, imports).run()
+    except (DataError, ValueError, OverflowError, struct.error):
+        pass
 
 
 class _Walk:

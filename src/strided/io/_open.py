@@ -29,10 +29,12 @@ from ._detect import (
     folder_format,
     matching,
 )
+from ._object_pickles import object_pickle_start, record_pickle
 from ._zip import DEFLATED, STORED, read_zip
 from .dcp import open_dcp
 from .gguf import open_gguf
 from .gguf_split import folder_first_part, open_split
+from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
 from .pytorch import open_pytorch
@@ -70,10 +72,20 @@ def _open_zip(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Ope
         return Opened("pytorch", open_torchscript(where, copy, budget=budget, lenient=lenient))
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
         return _open_pickle(where, copy, budget, lenient)
-    return Opened("npz", open_npz(where, copy))
+    return Opened("npz", open_npz(where, copy, budget=budget))
 
 
 def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+    with open_regular(where) as file:
+        size = file_size(file)
+        head = file.read(NPY_HEAD_BYTES)
+        start = object_pickle_start(head)
+        if start is not None and start <= size:
+            # np.load(allow_pickle=True) would run it: record what it names first (the
+            # array itself is refused below, as strided holds no object arrays).
+            raw = map_file(file, size, where)
+            data = memoryview(raw[start:])  # type: ignore[arg-type]
+            record_pickle(data, Path(where).name, f"{where}: pickle", budget)
     return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
 
 

@@ -9,7 +9,11 @@ can judge a file before anyone loads it another way.
   allow-list, ``_pickle_globals.GLOBALS``, or in the table a reader passes).
 * ``"dangerous"``: a callable that runs code, imports, or touches the system (files,
   processes, the network, the interpreter's own state), or a gadget that calls
-  whatever it is handed. Judged by the table below, the one place it is written.
+  whatever it is handed. Judged by the table below, the one place it is written: whole
+  modules (torch's own helpers that ``exec``, ``eval``, compile, import or start
+  processes among them: ``torch.jit``, ``torch.fx``, ``torch.serialization``,
+  ``torch.utils.collect_env``...), single names, every ``builtins`` name but the
+  constructors strict mode reads, and any dunder name (``torch.__getattr__`` imports).
 * ``"unknown"``: anything else, such as a model's own classes (``mymodel.Net``) and
   library classes. Loading such a file with ``pickle`` would import that module and
   run its code, which strided cannot vouch for; strided opens it only with
@@ -30,20 +34,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from ._imports import ImportLog
 from ._pickle_data import Global
 from ._pickle_globals import GLOBALS
 
-__all__ = ["DANGEROUS_MODULES", "DANGEROUS_NAMES", "PickleImport", "judge", "verdict"]
+__all__ = [
+    "DANGEROUS_MODULES",
+    "DANGEROUS_NAMES",
+    "PickleImport",
+    "judge",
+    "judge_log",
+    "verdict",
+]
 
 
 class PickleImport(NamedTuple):
     """One global a pickle names: ``module``, ``name`` (as the unpickler would look them
-    up, after the protocol 0-2 renaming) and the ``verdict``: ``"data"``,
-    ``"dangerous"`` or ``"unknown"``."""
+    up, after the protocol 0-2 renaming), the ``verdict`` (``"data"``, ``"dangerous"``
+    or ``"unknown"``) and the ``member``: which pickle of the checkpoint names it
+    (``archive/data.pkl``, ``archive/constants.pkl``, an ``.npz`` member ``x.npy``, a
+    distributed checkpoint's ``.metadata`` or item ``__0_0.distcp:optim.state``, a
+    shard ``model-00001.bin:archive/data.pkl``, or the file's own name for a file that
+    is itself a pickle)."""
 
     module: str
     name: str
     verdict: str
+    member: str = ""
 
     def __str__(self) -> str:
         return f"{self.module}.{self.name}"
@@ -70,8 +87,27 @@ DANGEROUS_MODULES = frozenset(
         "socket", "_socket", "ssl", "http", "urllib", "urllib2", "ftplib", "smtplib",
         "poplib", "imaplib", "telnetlib", "xmlrpc", "socketserver", "webbrowser",
         "requests", "httpx", "aiohttp",
+        # torch helpers that run, compile, import or evaluate code, start processes or
+        # load another file (read in torch's own sources: exec, eval, subprocess,
+        # importlib, pickle.load); torch.jit._pickle, which only rebuilds lists, is not
+        "torch.serialization", "torch.hub", "torch.package", "torch._dynamo",
+        "torch._inductor", "torch.compiler", "torch._export", "torch.export", "torch.fx",
+        "torch.jit", "torch.onnx", "torch.utils.cpp_extension", "torch.utils.collect_env",
+        "torch.utils._config_module", "torch.utils._pytree", "torch.utils._traceback",
+        "torch.utils.data.datapipes", "torch.utils.model_dump", "torch._guards",
+        "torch._library", "torch._strobelight", "torch.utils._strobelight",
+        "torch.cuda._memory_viz", "torch.multiprocessing", "torch.distributed.run",
+        "torch.distributed.launch", "torch.distributed.launcher",
+        "torch.distributed.elastic", "torch.distributed.rpc", "torch.backends.xeon",
+        "torch._functorch", "torch._higher_order_ops",
+        # NumPy's build and test helpers run compilers, subprocesses and code strings
+        "numpy.f2py", "numpy.distutils", "numpy.testing",
     }
 )  # fmt: skip
+
+# Submodules of a dangerous module that only build data (their names are judged as any
+# other module's).
+_HARMLESS_SUBMODULES = frozenset({"torch.jit._pickle"})
 
 # Single names of modules that are otherwise harmless (or that strict mode reads).
 DANGEROUS_NAMES = frozenset(
@@ -108,23 +144,43 @@ DANGEROUS_NAMES = frozenset(
         "numpy.fromfile", "numpy.loadtxt", "numpy.genfromtxt", "numpy.memmap",
         "numpy.testing._private.utils.runstring", "numpy.ctypeslib.load_library",
         "pandas.read_pickle", "pandas.io.pickle.read_pickle",
+        # torch helpers outside the dangerous modules that import or load by name
+        "torch._utils._import_dotted_name", "torch._ops.import_module",
+        "torch._ops._OpNamespace.load_library", "torch._ops._Ops.load_library",
+        "torch._ops._Ops.import_module", "torch._ops.ops.load_library",
+        "torch._ops.ops.import_module", "torch.ops.import_module",
+        "torch._C.import_ir_module", "torch._C.import_ir_module_from_buffer",
+        "torch._C._load_for_lite_interpreter", "torch._C._jit_script_compile",
+        "torch.distributed.checkpoint.load", "torch.distributed.checkpoint.load_state_dict",
+        "torch.distributed.checkpoint.state_dict_loader.load",
+        "torch.distributed.checkpoint.format_utils.dcp_to_torch_save",
+        "torch.distributed.checkpoint.format_utils.torch_save_to_dcp",
+        "torch.storage.TypedStorage._load_from_bytes", "torch.Tensor.__reduce_ex__",
     }
 )  # fmt: skip
 
-# Dunder attributes that lead from any object to code or to builtins.
-_DUNDERS_OK = frozenset({"__main__"})
+# Dunder attributes lead from any object to code or to builtins (``__getattr__``,
+# ``__globals__``, ``__builtins__``, ``__import__``); these few name no such thing.
+_DUNDERS_OK = frozenset({"__main__", "__newobj__", "__newobj_ex__"})
 
 
 def _in_dangerous_module(dotted: str) -> bool:
-    """Whether ``dotted`` (``a.b.c``) is a dangerous module or lies inside one."""
+    """Whether ``dotted`` (``a.b.c``) is a dangerous module or lies inside one (and not
+    inside one of its harmless submodules)."""
     head = dotted
     while True:
+        if head in _HARMLESS_SUBMODULES:
+            return False
         if head in DANGEROUS_MODULES:
             return True
         cut = head.rfind(".")
         if cut < 0:
             return False
         head = head[:cut]
+
+
+def _dunder(part: str) -> bool:
+    return part.startswith("__") and part.endswith("__") and part not in _DUNDERS_OK
 
 
 def verdict(module: str, name: str, table: Mapping[str, Global] = GLOBALS) -> str:
@@ -138,24 +194,38 @@ def verdict(module: str, name: str, table: Mapping[str, Global] = GLOBALS) -> st
         return "data"
     if full in DANGEROUS_NAMES or _in_dangerous_module(full):
         return "dangerous"
-    # An attribute chain (protocol 4: "os.system" looked up on some module that imports
-    # os) passes through a dangerous module or a dunder, or ends at a dangerous builtin.
+    # Every builtin but the constructors strict mode reads as data (in ``table``) is a
+    # callable that reaches code, attributes, files or the interpreter, or a type
+    # whose construction strict mode does not vouch for.
+    if module == "builtins":
+        return "dangerous"
+    # A dunder (``torch.__getattr__`` imports any submodule), or an attribute chain
+    # (protocol 4: "os.system" looked up on some module that imports os) that passes
+    # through a dangerous module or a dunder, or ends at a dangerous builtin.
     chain = name.split(".")
-    if len(chain) > 1:
-        for index, part in enumerate(chain):
-            if part.startswith("__") and part.endswith("__") and part not in _DUNDERS_OK:
-                return "dangerous"
-            if _in_dangerous_module(".".join(chain[index:])):
-                return "dangerous"
-            if f"builtins.{part}" in DANGEROUS_NAMES:
-                return "dangerous"
+    for index, part in enumerate(chain):
+        if _dunder(part):
+            return "dangerous"
+        if len(chain) > 1 and _in_dangerous_module(".".join(chain[index:])):
+            return "dangerous"
+        if len(chain) > 1 and f"builtins.{part}" in DANGEROUS_NAMES:
+            return "dangerous"
     return "unknown"
 
 
 def judge(
-    imports: Iterable[tuple[str, str]], table: Mapping[str, Global] = GLOBALS
+    imports: Iterable[tuple[str, str]], table: Mapping[str, Global] = GLOBALS, member: str = ""
 ) -> tuple[PickleImport, ...]:
-    """Each ``(module, name)`` with its verdict, in the order given."""
+    """Each ``(module, name)`` with its verdict, in the order given, from ``member``."""
     return tuple(
-        PickleImport(module, name, verdict(module, name, table)) for module, name in imports
+        PickleImport(module, name, verdict(module, name, table), member) for module, name in imports
+    )
+
+
+def judge_log(log: ImportLog) -> tuple[PickleImport, ...]:
+    """Every global an open's pickles named, judged by the allow-list each pickle was
+    read with, member by member in the order they were read (each once per member)."""
+    return tuple(
+        PickleImport(module, name, verdict(module, name, table), member)
+        for module, name, member, table in log.entries()
     )

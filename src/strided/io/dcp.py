@@ -21,8 +21,12 @@ view of the mapped file; a tensor of several is assembled chunk by chunk into on
 array. ``chunks`` streams a tensor's logical row-major bytes in bounded pieces and
 ``inspect`` reads only the chunks holding samples, so digests, scans, comparisons and
 copies never hold a whole tensor. A ``BYTE_IO`` item whose archive builds plain data
-(None, bool, int, float, str, bytes, lists, tuples as lists, dicts with text keys) is
-metadata under its name; any other is listed in ``unreadable`` with the reason.
+(None, bool, int, float, str, bytes, lists, tuples, dicts with text keys) is metadata,
+flattened under its name as the PyTorch reader flattens the same value in a
+``torch.save`` file (``optim.param_groups.0.betas.0``); any other is listed in
+``unreadable`` with the reason. Every global an item's pickle names is recorded in the
+open's import log under ``FILE:fqn`` (``torch.load(weights_only=False)`` runs it when
+the folder is loaded); so is ``.metadata``'s, under ``.metadata``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from ._dcp_metadata import DCP_GLOBALS, Layout, Span, TensorEntry, read_layout
 from ._detect import DCP_METADATA, ZIP_MAGIC, matching
 from ._pickle import interpret
 from ._pickle_data import PickledSet, TensorRef, TorchSize, describe
+from ._pickle_globals import GLOBALS
+from ._pickle_walk import flatten
 from ._zip import read_zip, stored_bytes
 from .pytorch import _archive_folder, _may_overlap, _Shard
 
@@ -115,11 +121,14 @@ class DcpFile(TensorNames):
         self._unreadable_spans: dict[str, Span] = {}
         for fqn, span in layout.items.items():
             value, reason = self._item(fqn, span, budget)
-            if reason is None:
-                self._metadata[fqn] = value
-            else:
+            if reason is not None:
                 self._unreadable[fqn] = reason
                 self._unreadable_spans[fqn] = span
+                continue
+            for name, leaf in value.items():
+                if name in self._metadata or name in self._by_name:
+                    raise FormatError(f"{folder}: the name {name[:120]!r} is produced twice")
+                self._metadata[name] = leaf
 
     @property
     def path(self) -> str:
@@ -283,7 +292,8 @@ class DcpFile(TensorNames):
         return raw[span.offset : span.offset + span.length]
 
     def _item(self, fqn: str, span: Span, budget: ParseBudget) -> tuple[Any, str | None]:
-        """A ``BYTE_IO`` item's value and None, or None and why it is not plain data."""
+        """A ``BYTE_IO`` item's flattened metadata and None, or None and why it is not
+        plain data."""
         raw = self._span(span)
         where = f"{self._where(span)}: item {fqn[:80]!r}"
         members = read_zip(raw, where)
@@ -295,17 +305,37 @@ class DcpFile(TensorNames):
             raise FormatError(f"{where}: the archive has no {prefix}data.pkl")
         data = memoryview(stored_bytes(raw, member))  # type: ignore[arg-type]
         storages: dict[str, Any] = {}
+        # torch.load(weights_only=False) runs this pickle when the folder is loaded, so
+        # every global it names is recorded; lenient, so the record is complete (any
+        # record makes the item unreadable, never run).
+        named = f"{span.relative_path}:{fqn}"
+        imports = budget.imports.member(named, GLOBALS)
         try:
-            root, end = interpret(data, 0, f"{where}: data.pkl", storages, budget=budget)
+            root, end = interpret(
+                data,
+                0,
+                f"{where}: data.pkl",
+                storages,
+                budget=budget,
+                lenient=True,
+                imports=imports,
+            )
         except LimitError:
             raise
         except FormatError as error:
+            budget.imports.skipped(named, str(error))  # not read to its end: not judged
             return None, str(error)
         if end != len(data):
             raise FormatError(f"{where}: data.pkl has {len(data) - end} bytes after its STOP")
         if storages:
             return None, "it holds tensors (only plain data is metadata)"
-        return _plain(root, len(data), where, budget)
+        reason = _plain(root, len(data), where, budget)[1]
+        if reason is not None:
+            return None, reason
+        # Named as the PyTorch reader names the same value in a torch.save file (lists,
+        # tuples and dicts become dotted keys), so the dcp_to_torch_save file of this
+        # folder has the same metadata.
+        return flatten({fqn: root}, fqn, where, len(data), budget)[1], None
 
     def __repr__(self) -> str:
         return f"DcpFile({self._path!r}, {len(self._by_name)} tensors)"

@@ -42,6 +42,7 @@ import numpy as np
 
 from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError, IndexingError
+from .._core.limits import MAX_INFLATED_OBJECT_PICKLE
 from .._core.memory import guard_function, guard_methods
 from .._core.shape import Shape
 from .._tensor.inspect import (
@@ -52,6 +53,7 @@ from .._tensor.inspect import (
     sample_positions,
 )
 from .._tensor.tensor import Tensor
+from ._budget import ParseBudget
 from ._common import (
     PathLike,
     TensorNames,
@@ -61,6 +63,7 @@ from ._common import (
     map_file,
     open_regular,
 )
+from ._object_pickles import object_pickle_start, record_pickle
 from ._zip import (
     DEFLATED,
     STORED,
@@ -220,7 +223,7 @@ class NpzFile(TensorNames):
 
 
 @guard_function
-def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
+def open_npz(path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None) -> NpzFile:
     """Open an ``.npz`` archive lazily: the zip directory and every header are validated.
 
     The file is memory-mapped read-only. With ``copy=True`` each tensor ``get`` returns
@@ -233,9 +236,14 @@ def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
 
     A valid member of a dtype strided has no DType for (string, object, structured,
     complex, datetime, void) is no error: it goes to ``unreadable`` with its reason and
-    its data is never read, so nothing is ever unpickled.
+    its data is never read as values, so nothing is ever unpickled. The pickle of an
+    object-array member (``np.load(allow_pickle=True)`` would run it) is walked as inert
+    records for the globals it names, recorded in ``budget``'s import log under the
+    member's name (a deflated one of more than ``MAX_INFLATED_OBJECT_PICKLE`` bytes is
+    noted there as unread instead); ``budget`` is the open's (a fresh one when None).
     """
     where = label(path)
+    spent = ParseBudget(where) if budget is None else budget
     with open_regular(where) as file:
         size = file_size(file)
         raw = map_file(file, size, where)
@@ -250,6 +258,7 @@ def open_npz(path: PathLike, copy: bool = False) -> NpzFile:
         header = _member_header(raw, member, shown)
         if isinstance(header, str):
             unreadable[name] = (header, member)
+            _record_pickle(raw, member, shown, spent)
         else:
             entries[name] = _Entry(member, header, shown)
     return NpzFile(where, raw, entries, copy, unreadable)
@@ -282,6 +291,30 @@ def _member_header(raw: np.ndarray[Any, Any], member: ZipMember, where: str) -> 
         return _unreadable_reason(head, member.size, where)
     check_npy_size(header, member.size, where, "member")
     return header
+
+
+def _record_pickle(
+    raw: np.ndarray[Any, Any], member: ZipMember, where: str, budget: ParseBudget
+) -> None:
+    """Record what the pickle of an object-array member names (nothing for others)."""
+    if member.method == STORED:
+        content = stored_bytes(raw, member)
+        start = object_pickle_start(content[:HEAD_BYTES].tobytes())
+    else:
+        start = object_pickle_start(inflate_head(raw, member, min(member.size, HEAD_BYTES), where))
+        if start is not None and member.size > MAX_INFLATED_OBJECT_PICKLE:
+            budget.imports.skipped(
+                member.name,
+                f"its pickle deflates to {member.size} bytes, more than the "
+                f"{MAX_INFLATED_OBJECT_PICKLE} a scan inflates",
+            )
+            return
+        if start is not None:
+            content = inflate(raw, member, member.size, where)
+    if start is None or start > member.size:
+        return
+    data = memoryview(content[start:])  # type: ignore[arg-type]
+    record_pickle(data, member.name, f"{where}: pickle", budget)
 
 
 def _unreadable_reason(head: bytes, size: int, where: str) -> str:

@@ -149,6 +149,15 @@ class _Shard:
         self._swapped: OrderedDict[tuple[str, DType], np.ndarray[Any, Any]] = OrderedDict()
         self._swapped_bytes = 0
 
+    def log(self, budget: ParseBudget, member: str | None) -> dict[tuple[str, str], None]:
+        """The open's import record for ``member`` of this file (None: the file itself is
+        the pickle), labelled ``member``, ``FILE:member`` for a shard of an index, or
+        the file's name."""
+        label = Path(self.where).name
+        if member is not None:
+            label = member if self.where == budget.where else f"{label}:{member}"
+        return budget.imports.member(label, self.TABLE)
+
     def _mode(self) -> dict[str, Any]:
         """How every pickle of the file is interpreted: strict or lenient, imports kept."""
         return {"lenient": self.lenient, "imports": self.imports}
@@ -180,6 +189,7 @@ class _Shard:
         where = self.where
         members = read_zip(self.raw, where)
         prefix, data = self.archive_pickle(members, budget)
+        self.imports = self.log(budget, prefix + "data.pkl")
         root, end = interpret(
             data, 0, f"{where}: data.pkl", storages, budget=budget, **self._mode()
         )
@@ -191,6 +201,7 @@ class _Shard:
         self, storages: dict[str, StorageRef], budget: ParseBudget
     ) -> tuple[object, int, dict[str, int]]:
         where, data = self.where, memoryview(self.raw)  # type: ignore[arg-type]
+        self.imports = self.log(budget, None)  # the five pickles of the stream: one member
         magic, pos = interpret(data, 0, where, budget=budget, **self._mode())
         if type(magic) is not int or magic != TORCH_LEGACY_MAGIC:
             raise FormatError(

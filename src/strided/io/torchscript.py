@@ -56,7 +56,7 @@ from ._pickle import interpret
 from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
 from ._pickle_globals import GLOBALS
 from ._torchscript_code import ClassDecl, CodeIndex
-from ._zip import DEFLATED, STORED, ZipMember, read_zip
+from ._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
 from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 
 __all__ = ["TORCHSCRIPT_GLOBALS", "is_torchscript", "open_torchscript"]
@@ -183,7 +183,7 @@ class _ScriptShard(_Shard):
         _check_stored(members, _archive_folder(list(members), path), path)
         prefix, data = self.archive_pickle(members, budget)
         storages: dict[str, StorageRef] = {}
-        imports: dict[tuple[str, str], None] = {}
+        imports = self.log(budget, prefix + "data.pkl")
         root, end = interpret(
             data,
             0,
@@ -198,6 +198,20 @@ class _ScriptShard(_Shard):
             raise FormatError(f"{path}: data.pkl has {len(data) - end} bytes after its STOP")
         self.imports = imports
         self.spans = storage_spans(storages, members, prefix, path)
+        constants = members.get(prefix + "constants.pkl")
+        if constants is not None:
+            # torch.jit.load unpickles it too, so what it names is recorded; its values
+            # (the code's constants) are no state and are not kept.
+            interpret(
+                memoryview(stored_bytes(self.raw, constants)),  # type: ignore[arg-type]
+                0,
+                f"{path}: constants.pkl",
+                {},
+                budget=budget,
+                table=self.TABLE,
+                lenient=True,
+                imports=self.log(budget, prefix + "constants.pkl"),
+            )
         code = CodeIndex(self.raw, members, prefix, path, budget)
         state = _state(root, code, path, end, budget)
         self.metadata = {}

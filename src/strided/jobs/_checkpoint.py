@@ -36,7 +36,7 @@ from ..io._detect import HEAD_BYTES, detect
 from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 from ..io._http import is_url
 from ..io._open import open_detected
-from ..io._pickle_verdicts import PickleImport, judge
+from ..io._pickle_verdicts import PickleImport, judge_log
 from ..io._safetensors_header import DTYPE_BITS
 from ..io.dcp import DcpFile
 from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
@@ -51,6 +51,7 @@ __all__ = [
     "digest_of",
     "has_dtype",
     "open_checkpoint",
+    "open_local",
 ]
 
 FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
@@ -146,8 +147,12 @@ class Checkpoint(Mapping[str, Tensor]):
     @property
     def imports(self) -> tuple[PickleImport, ...]:
         """Every global the checkpoint's pickles name, as ``PickleImport(module, name,
-        verdict)``, in first-use order (each once; the names after Python's protocol 0-2
-        renaming, ``__builtin__.set`` as ``builtins.set``).
+        verdict, member)``, pickle by pickle in the order they were read and in
+        first-use order within each (each once per member; the names after Python's
+        protocol 0-2 renaming, ``__builtin__.set`` as ``builtins.set``). Every pickle a
+        loader would run is included: a torch archive's ``data.pkl``, TorchScript's
+        ``data.pkl`` and ``constants.pkl``, a distributed checkpoint's ``.metadata``
+        and each non-tensor item, the pickle of an object-array ``.npz`` member.
 
         It is the interpreter's own record of the ``GLOBAL``/``STACK_GLOBAL``/``INST``
         opcodes it ran, so a name assembled through the memo or the stack is reported
@@ -184,7 +189,8 @@ class Checkpoint(Mapping[str, Tensor]):
 
         safetensors: the ``__metadata__`` strings; GGUF: the key-value pairs; PyTorch:
         the plain leaves beside the tensors, under their dotted names; a distributed
-        checkpoint: each plain non-tensor item under its name, as one value.
+        checkpoint: each plain non-tensor item under its name, flattened as in a
+        ``torch.save`` file (``optim.param_groups.0.betas.0``).
         """
         return {key: copied(value) for key, value in self._metadata.items()}
 
@@ -433,14 +439,24 @@ def open_checkpoint(
         assert isinstance(path, str)
         return _remote(path, token, timeout)
     where = label(path)
-    kind, reader = open_detected(where, copy, ParseBudget(where), lenient)
+    return open_local(where, copy, lenient, ParseBudget(where))
+
+
+def open_local(where: str, copy: bool, lenient: bool, budget: ParseBudget) -> Checkpoint:
+    """``open_checkpoint`` of the local path ``where``, charging ``budget``, whose import
+    log keeps what the pickles named even when the open fails (``strided scan``)."""
+    kind, reader = open_detected(where, copy, budget, lenient)
     if kind == "safetensors":
-        return _from_safetensors(where, reader)
-    if kind == "gguf":
-        return _from_gguf(where, reader)
-    if kind == "pytorch":
-        return _from_pytorch(where, reader)
-    return _from_reader(where, kind, reader)
+        checkpoint = _from_safetensors(where, reader)
+    elif kind == "gguf":
+        checkpoint = _from_gguf(where, reader)
+    elif kind == "pytorch":
+        checkpoint = _from_pytorch(where, reader)
+    else:
+        checkpoint = _from_reader(where, kind, reader)
+    # Every pickle any reader ran, from the member it came from (npz/npy object arrays too).
+    checkpoint._imports = judge_log(budget.imports)
+    return checkpoint
 
 
 def _from_safetensors(where: str, reader: Any) -> Checkpoint:
@@ -509,10 +525,7 @@ def _from_pytorch(where: str, reader: Any) -> Checkpoint:
     for name in reader.keys():
         dtype_name, shape = reader.info(name)
         infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
-    checkpoint = Checkpoint(where, "pytorch", reader, infos, reader.metadata)
-    # Every pickle reader lists what its pickles named; one that does not reports none.
-    checkpoint._imports = judge(reader.imports, reader.import_table)
-    return checkpoint
+    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
 
 
 def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
