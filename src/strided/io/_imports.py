@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from ._pickle_data import Global
-
 __all__ = ["ImportLog"]
 
 
@@ -30,11 +28,11 @@ class ImportLog:
     __slots__ = ("_members", "unread")
 
     def __init__(self) -> None:
-        self._members: dict[str, tuple[Mapping[str, Global], dict[tuple[str, str], None]]] = {}
+        self._members: dict[str, tuple[Mapping[str, object], dict[tuple[str, str], None]]] = {}
         # label -> why its pickle was not read (for a scan: not judged, so not clean)
         self.unread: dict[str, str] = {}
 
-    def member(self, label: str, table: Mapping[str, Global]) -> dict[tuple[str, str], None]:
+    def member(self, label: str, table: Mapping[str, object]) -> dict[tuple[str, str], None]:
         """The ordered set the interpreter fills for the pickle ``label`` (one per label:
         several pickles of one member, a legacy ``torch.save`` stream, share it)."""
         found = self._members.get(label)
@@ -51,7 +49,7 @@ class ImportLog:
         """Whether any pickle was met at all (read, named something, or left unread)."""
         return bool(self._members or self.unread)
 
-    def entries(self) -> Iterator[tuple[str, str, str, Mapping[str, Global]]]:
+    def entries(self) -> Iterator[tuple[str, str, str, Mapping[str, object]]]:
         """``(module, name, member, table)`` for every global, member by member."""
         for label, (table, named) in self._members.items():
             for module, name in named:

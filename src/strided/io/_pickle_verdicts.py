@@ -183,7 +183,7 @@ def _dunder(part: str) -> bool:
     return part.startswith("__") and part.endswith("__") and part not in _DUNDERS_OK
 
 
-def verdict(module: str, name: str, table: Mapping[str, Global] = GLOBALS) -> str:
+def verdict(module: str, name: str, table: Mapping[str, object] = GLOBALS) -> str:
     """``"data"``, ``"dangerous"`` or ``"unknown"`` for global ``module.name``.
 
     ``table`` is the allow-list the reader interpreted the pickle with (the strict
