@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._gguf_export import save_gguf
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
+    from .jobs._pickle_scan import ScannedFile, ScanReport, scan
 
 __version__ = VERSION
 
@@ -68,6 +69,8 @@ __all__ = [
     "RangeError",
     "SafetensorsFile",
     "Scalar",
+    "ScanReport",
+    "ScannedFile",
     "Shape",
     "ShapeError",
     "Tensor",
@@ -85,6 +88,7 @@ __all__ = [
     "save_gguf",
     "save_npy",
     "save_safetensors",
+    "scan",
     "stack",
     "tensor",
     "where",
@@ -101,6 +105,9 @@ _HOMES = {
     "MergedCheckpoint": ".jobs._merge",
     "merge_linear": ".jobs._merge",
     "merge_lora": ".jobs._merge",
+    "ScanReport": ".jobs._pickle_scan",
+    "ScannedFile": ".jobs._pickle_scan",
+    "scan": ".jobs._pickle_scan",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",

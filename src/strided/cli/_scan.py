@@ -28,14 +28,12 @@ reason the command line's other modules give too: ``--help`` answers at once).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..jobs._checkpoint import PickleImport
-from ..jobs._pickle_scan import scan_pickles
-from ._text import safe, with_path
+from ..jobs._pickle_scan import scan
+from ._text import safe
 
 __all__ = ["import_summary", "run_scan"]
 
@@ -45,35 +43,22 @@ _LABEL = {"data": "data", "unknown": "unknown", "dangerous": "DANGEROUS"}
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    """Scan every path given; print the report; return the exit status (0, 1 or 2)."""
-    files: list[dict[str, Any]] = []
-    status = 0
-    for path in args.path:
-        found = scan_pickles(path)
-        message = None if found.error is None else with_path(path, found.error)
-        for member, reason in found.unread.items():
+    """Scan every path given (``st.scan``); print the report; return its status."""
+    report = scan(*args.path)
+    for file in report.files:
+        for member, reason in file.unread.items():
             print(
-                f"strided: {safe(path)}: {safe(member)}: not read: {safe(reason)}", file=sys.stderr
+                f"strided: {safe(file.path)}: {safe(member)}: not read: {safe(reason)}",
+                file=sys.stderr,
             )
-        if message is not None:
+        if file.error is not None:
             # A file that cannot be read stops only its own scan.
-            print(f"strided: {message}", file=sys.stderr)
-        # Any unknown or dangerous import decides the status: 1 outranks 2.
-        status = 1 if 1 in (status, found.status) else max(status, found.status)
-        files.append(
-            {
-                "path": path,
-                "format": found.format,
-                "imports": [item._asdict() for item in found.imports],
-                "unread": found.unread,
-                "error": message,
-            }
-        )
-        if not args.json and (found.error is None or found.imports):
-            _print_file(path, found.format or "unreadable", found.imports)
+            print(f"strided: {file.error}", file=sys.stderr)
+        if not args.json and (file.error is None or file.imports):
+            _print_file(file.path, file.format or "unreadable", file.imports)
     if args.json:
-        print(json.dumps({"files": files, "status": status}, indent=1, ensure_ascii=False))
-    return status
+        print(report.to_json())
+    return report.status
 
 
 def _print_file(path: str, kind: str, imports: Sequence[PickleImport]) -> None:
