@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from .._core.escape import escape_char
+
 if TYPE_CHECKING:
     from ..jobs._pool import JobError
 
 __all__ = [
     "byte_size",
     "count_text",
+    "escape_char",
     "index_text",
     "job_error",
     "one_line",
@@ -18,9 +21,6 @@ __all__ = [
     "tensor_error",
     "with_path",
 ]
-
-# Control characters a file could use to drive the terminal, spelled as escapes.
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def safe(text: str) -> str:
@@ -34,17 +34,6 @@ def safe(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else escape_char(char) for char in text)
-
-
-def escape_char(char: str, named: dict[str, str] = _NAMED) -> str:
-    """One character as an escape: ``named`` first, then ``\\xNN``, ``\\uNNNN``, ``\\UNNNNNNNN``."""
-    found = named.get(char)
-    if found is not None:
-        return found
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def one_line(error: BaseException) -> str:

@@ -30,11 +30,11 @@ import re
 from typing import Any
 
 from .._core.errors import FormatError, LimitError
+from .._core.escape import escape_char
 from .._core.limits import MAX_MANIFEST_BYTES as _MAX_MANIFEST_BYTES
 from .._kernels.digest import UNREADABLE_PREFIX
 from .._kernels.strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact
-from ._text import escape_char
 
 __all__ = [
     "CHECKPOINT_LINE",
