@@ -346,3 +346,35 @@ def test_reports_are_frozen(tmp_path: Path) -> None:
     for report in (st.hash(path), st.verify(path)):
         with pytest.raises(AttributeError):
             report.ok = False  # type: ignore[misc]
+
+
+def test_the_token_reaches_the_workers_and_is_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``token=`` goes to the URL's origin from this process and from the worker
+    processes (three 16 MiB tensors: three tasks), and is forgotten afterwards."""
+    from strided.io import _http
+
+    from .httpserver import FileServer
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv(_http.TOKENS_VARIABLE, raising=False)
+    save(
+        tmp_path / "many.safetensors", {f"t{i}": np.full(1 << 22, i, np.float32) for i in range(3)}
+    )
+    server = FileServer(tmp_path)
+    try:
+        url = server.url("many.safetensors")
+        report = st.hash(url, jobs=3, token="s3cret")
+        assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer s3cret"}
+        assert len(server.ports) >= 2  # the workers' own connections
+        assert _http.TOKENS_VARIABLE not in os.environ
+        assert report == st.hash(tmp_path / "many.safetensors")
+        server.reset()
+        checked = st.verify(url, token="t0ken")
+        assert checked.ok
+        assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer t0ken"}
+        status, out, _ = cli(capsys, "verify", url, "--token", "t0ken", "--json")
+        assert (status, out) == (0, checked.to_json() + "\n")
+    finally:
+        server.close()
