@@ -378,3 +378,24 @@ def test_the_token_reaches_the_workers_and_is_forgotten(
         assert (status, out) == (0, checked.to_json() + "\n")
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_tensor_that_fails_to_read_is_the_readers_error(
+    jobs: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deflated ``.npz`` member corrupted mid-stream opens (its header is intact) and
+    fails only when read, in a task: the Python faces raise the reader's FormatError
+    naming the tensor, where the command prints one line and exits 1."""
+    path = tmp_path / "c.npz"
+    np.savez_compressed(path, w=np.random.default_rng(0).standard_normal(200_000))
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
+    path.write_bytes(bytes(data))
+    for job in (st.hash, st.verify):
+        with pytest.raises(st.FormatError, match=r"c\.npz: tensor 'w': .*deflate"):
+            job(path, jobs=jobs)
+    for command in ("hash", "verify"):
+        status, out, err = cli(capsys, command, str(path), "--jobs", str(jobs))
+        assert (status, out) == (1, "") and "tensor 'w'" in err and err.count("\n") == 1
