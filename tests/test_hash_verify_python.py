@@ -181,6 +181,9 @@ def test_bad_input_raises_typed_errors(tmp_path: Path) -> None:
             job(good, jobs=True)
         with pytest.raises(st.FormatError, match="jobs and scheduler cannot be combined"):
             job(good, jobs=2, scheduler="local:2")
+        for scheduler in ("local:0", "local:x", "local:1025"):
+            with pytest.raises(st.LimitError, match="local:N takes a number of workers"):
+                job(good, scheduler=scheduler)
         with pytest.raises(FileNotFoundError):
             job(tmp_path / "absent.safetensors")
     manifest = tmp_path / "bad.sha256"
@@ -399,3 +402,13 @@ def test_a_tensor_that_fails_to_read_is_the_readers_error(
     for command in ("hash", "verify"):
         status, out, err = cli(capsys, command, str(path), "--jobs", str(jobs))
         assert (status, out) == (1, "") and "tensor 'w'" in err and err.count("\n") == 1
+
+
+def test_a_dask_scheduler_gives_the_same_reports(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    arrays = {"w": np.arange(6.0).reshape(2, 3), "bad": np.array([np.nan], np.float32)}
+    path = save(tmp_path / "m.safetensors", arrays)
+    manifest = tmp_path / "m.sha256"
+    manifest.write_text("".join(line + "\n" for line in st.hash(path).lines()))
+    assert st.hash(path, scheduler="local:1") == st.hash(path)
+    assert st.verify(path, manifest, scheduler="local:1") == st.verify(path, manifest)

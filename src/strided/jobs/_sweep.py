@@ -53,8 +53,9 @@ def no_meter(total: int, label: str) -> AbstractContextManager[None]:
 
 
 def check_workers(job: str, jobs: int, scheduler: str | None) -> None:
-    """``jobs`` an int in ``[1, MAX_JOBS]`` and at most one of ``jobs``/``scheduler``;
-    LimitError or FormatError naming ``job`` otherwise (the command line's usage errors)."""
+    """``jobs`` an int in ``[1, MAX_JOBS]``, a ``scheduler`` address (``local:N`` with N
+    in the same range), and not both: LimitError or FormatError naming ``job``
+    otherwise (what the command line refuses as bad usage)."""
     if type(jobs) is not int or not 1 <= jobs <= MAX_JOBS:
         raise LimitError(f"{job}: jobs must be an int between 1 and {MAX_JOBS}, found {jobs!r}")
     if scheduler is None:
@@ -63,6 +64,13 @@ def check_workers(job: str, jobs: int, scheduler: str | None) -> None:
         raise FormatError(f"{job}: not a scheduler address: {scheduler!r}")
     if jobs != 1:
         raise FormatError(f"{job}: jobs and scheduler cannot be combined")
+    if scheduler.startswith("local:"):
+        count = scheduler[len("local:") :]
+        if not count.isdecimal() or not 1 <= int(count) <= MAX_JOBS:
+            raise LimitError(
+                f"{job}: local:N takes a number of workers from 1 to {MAX_JOBS}, "
+                f"found {scheduler!r}"
+            )
 
 
 @contextmanager
