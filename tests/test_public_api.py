@@ -33,6 +33,10 @@ PROMISED = [
     "save_npy",
     "merge_lora",
     "merge_linear",
+    "hash",
+    "verify",
+    "HashReport",
+    "VerifyReport",
 ]
 
 

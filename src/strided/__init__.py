@@ -44,9 +44,12 @@ if TYPE_CHECKING:
         save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
+    from .jobs._faces import hash, verify
     from .jobs._gguf_export import save_gguf
+    from .jobs._hash import HashReport, TensorDigest
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
     from .jobs._pickle_scan import ScannedFile, ScanReport, scan
+    from .jobs._verify import ManifestCheck, TensorCheck, VerifyReport
 
 __version__ = VERSION
 
@@ -62,8 +65,10 @@ __all__ = [
     "DivisionError",
     "FormatError",
     "GGUFFile",
+    "HashReport",
     "IndexingError",
     "LimitError",
+    "ManifestCheck",
     "MergedCheckpoint",
     "PickleImport",
     "RangeError",
@@ -74,10 +79,14 @@ __all__ = [
     "Shape",
     "ShapeError",
     "Tensor",
+    "TensorCheck",
+    "TensorDigest",
     "TensorInfo",
     "TensorInspection",
     "TensorInspectionOptions",
+    "VerifyReport",
     "concatenate",
+    "hash",
     "load_npy",
     "load_safetensors",
     "merge_linear",
@@ -91,6 +100,7 @@ __all__ = [
     "scan",
     "stack",
     "tensor",
+    "verify",
     "where",
 ]
 
@@ -101,6 +111,13 @@ _HOMES = {
     "TensorInfo": ".jobs._checkpoint",
     "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
+    "hash": ".jobs._faces",
+    "verify": ".jobs._faces",
+    "HashReport": ".jobs._hash",
+    "TensorDigest": ".jobs._hash",
+    "ManifestCheck": ".jobs._verify",
+    "TensorCheck": ".jobs._verify",
+    "VerifyReport": ".jobs._verify",
     "save_gguf": ".jobs._gguf_export",
     "MergedCheckpoint": ".jobs._merge",
     "merge_linear": ".jobs._merge",

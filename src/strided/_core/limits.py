@@ -195,3 +195,5 @@ MAX_PATTERN_DEPTH = 32  # groups nested inside each other in one key
 # Members a job's refusal names when a checkpoint holds some it cannot read (the rest
 # are counted, so one error line stays short; --skip-unreadable lists every one).
 MAX_UNREADABLE_NAMED = 8
+# Worker processes one job may start (``--jobs N``, Python ``jobs=N``).
+MAX_JOBS = 1024

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._core.errors import DataError
-from .._core.limits import MAX_INSPECTION_SAMPLES
+from .._core.limits import MAX_INSPECTION_SAMPLES, MAX_JOBS
 from .._core.version import VERSION
-from ._commands import add_allow_nonfinite, add_scan, add_set_metadata, add_skip_unreadable
+from ._commands import add_scan, add_set_metadata, add_skip_unreadable, add_verify_and_hash
 from ._merge_args import COMMANDS, add_merges
 from ._text import job_error, one_line, with_path
 
@@ -183,7 +183,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="{" + _COMMANDS.replace(" ", "") + "}")
     _add_inspect(commands)
-    _add_verify_and_hash(commands)
+    add_verify_and_hash(
+        commands, _command, _PATH, (_add_jobs, _add_expanded, _add_lenient), _run_verify, _run_hash
+    )
     _add_diff(commands)
     _add_convert(commands)
     add_scan(commands, _command, _run_scan)
@@ -284,49 +286,6 @@ def _add_inspect(commands: _Commands) -> None:
     _add_expanded(inspect, "with --full: ")
     _add_lenient(inspect)
     inspect.set_defaults(run=_run_inspect)
-
-
-def _add_verify_and_hash(commands: _Commands) -> None:
-    verify = _command(
-        commands,
-        "verify",
-        "validate a checkpoint, scan every element, check a manifest",
-        "Checks the structure, then scans every element for NaN and infinity; with\n"
-        "--manifest also checks every digest against the output of 'strided hash'.",
-        "strided verify model.safetensors --manifest model.sha256",
-        "exit status: 0 clean, 1 a problem found or bad input, 2 bad usage.",
-    )
-    verify.add_argument("path", metavar="PATH", help=_PATH)
-    verify.add_argument(
-        "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
-    )
-    add_allow_nonfinite(verify)
-    add_skip_unreadable(verify, "with --manifest their stored bytes' digests are checked")
-    _add_jobs(verify, scheduler=True)
-    _add_expanded(verify)
-    _add_lenient(verify)
-    verify.set_defaults(run=_run_verify)
-
-    hashing = _command(
-        commands,
-        "hash",
-        "SHA-256 content digests of every tensor and of the whole checkpoint",
-        "Prints 'DIGEST  NAME' per tensor (the sha256sum layout, names sorted by their\n"
-        "UTF-8 bytes), then 'DIGEST  *metadata*' (the metadata: every key and its\n"
-        "canonical value text, sorted; 'format', 'general.alignment' and 'split.*' left\n"
-        "out, and a value's stored type does not count), then 'DIGEST  *checkpoint*'\n"
-        "(every tensor's name and digest). Neither depends on the file format, the shard\n"
-        "split or the tensor order; the checkpoint digest ignores the metadata. Every\n"
-        "tensor is read.",
-        "strided hash model.safetensors > model.sha256",
-    )
-    hashing.add_argument("path", metavar="PATH", help=_PATH)
-    hashing.add_argument("--json", action="store_true", help="print one JSON document")
-    add_skip_unreadable(hashing, "each gets a line 'DIGEST  *unreadable*:NAME' (its stored bytes)")
-    _add_jobs(hashing, scheduler=True)
-    _add_expanded(hashing)
-    _add_lenient(hashing)
-    hashing.set_defaults(run=_run_hash)
 
 
 def _add_diff(commands: _Commands) -> None:
@@ -509,7 +468,7 @@ def _add_expanded(command: argparse.ArgumentParser, when: str = "") -> None:
 
 
 def _jobs(text: str) -> int:
-    return _integer(text, 1, 1024)
+    return _integer(text, 1, MAX_JOBS)
 
 
 def _scheduler(text: str) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "add_scan",
     "add_set_metadata",
     "add_skip_unreadable",
+    "add_verify_and_hash",
 ]
 
 Runner = Callable[[argparse.Namespace], int]
@@ -118,4 +119,69 @@ def add_allow_nonfinite(command: argparse.ArgumentParser) -> None:
         metavar="GLOB",
         help="tensors matching this glob may hold NaN or inf: still reported, no longer a "
         "failure (repeatable; Lightning's ModelCheckpoint stores kth_value as inf)",
+    )
+
+
+def add_verify_and_hash(
+    commands: Any,
+    command: Callable[..., argparse.ArgumentParser],
+    path_help: str,
+    helpers: tuple[Callable[..., None], Callable[..., None], Callable[..., None]],
+    run_verify: Runner,
+    run_hash: Runner,
+) -> None:
+    """Add ``verify`` and ``hash`` with the command line's helpers (``--jobs``,
+    ``--allow-expanded``, ``--lenient``) and the functions that run them."""
+    add_jobs, add_expanded, add_lenient = helpers
+    verify = command(
+        commands,
+        "verify",
+        "validate a checkpoint, scan every element, check a manifest",
+        "Checks the structure, then scans every element for NaN and infinity; with\n"
+        "--manifest also checks every digest against the output of 'strided hash'.",
+        "strided verify model.safetensors --manifest model.sha256",
+        "exit status: 0 clean, 1 a problem found or bad input, 2 bad usage.",
+    )
+    verify.add_argument("path", metavar="PATH", help=path_help)
+    verify.add_argument(
+        "--manifest", metavar="FILE", help="output of 'strided hash' to check the digests against"
+    )
+    _add_name(verify, "with --manifest only its lines matching it are expected")
+    verify.add_argument("--json", action="store_true", help="print one JSON document")
+    add_allow_nonfinite(verify)
+    add_skip_unreadable(verify, "with --manifest their stored bytes' digests are checked")
+    add_jobs(verify, scheduler=True)
+    add_expanded(verify)
+    add_lenient(verify)
+    verify.set_defaults(run=run_verify)
+
+    hashing = command(
+        commands,
+        "hash",
+        "SHA-256 content digests of every tensor and of the whole checkpoint",
+        "Prints 'DIGEST  NAME' per tensor (the sha256sum layout, names sorted by their\n"
+        "UTF-8 bytes), then 'DIGEST  *metadata*' (the metadata: every key and its\n"
+        "canonical value text, sorted; 'format', 'general.alignment' and 'split.*' left\n"
+        "out, and a value's stored type does not count), then 'DIGEST  *checkpoint*'\n"
+        "(every tensor's name and digest). Neither depends on the file format, the shard\n"
+        "split or the tensor order; the checkpoint digest ignores the metadata. Every\n"
+        "tensor is read.",
+        "strided hash model.safetensors > model.sha256",
+    )
+    hashing.add_argument("path", metavar="PATH", help=path_help)
+    _add_name(hashing, "the checkpoint digest then covers them alone")
+    hashing.add_argument("--json", action="store_true", help="print one JSON document")
+    add_skip_unreadable(hashing, "each gets a line 'DIGEST  *unreadable*:NAME' (its stored bytes)")
+    add_jobs(hashing, scheduler=True)
+    add_expanded(hashing)
+    add_lenient(hashing)
+    hashing.set_defaults(run=run_hash)
+
+
+def _add_name(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--name",
+        default="*",
+        metavar="GLOB",
+        help=f"only tensors whose name matches this glob (matching none is an error); {what}",
     )

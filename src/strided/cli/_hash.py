@@ -3,72 +3,47 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
-from .._kernels.digest import UNREADABLE_PREFIX, combine, sort_key
-from ..jobs import _digest
-from ..jobs._checkpoint import admit, open_checkpoint
-from ..jobs._engine import runner
-from ..jobs._pool import plan, sharing, where
-from ._manifest import CHECKPOINT_LINE, METADATA_LINE, escaped_line, unreadable_line
+from ..jobs._checkpoint import open_checkpoint
+from ..jobs._hash import hash_checkpoint
+from ..jobs._sweep import Notify
 from ._progress import Progress
-from ._verify import skipped_members
+from ._text import safe
 
-__all__ = ["run_hash"]
+__all__ = ["run_hash", "tell_skipped"]
+
+
+def tell_skipped(path: str) -> Notify:
+    """A ``notify`` for the jobs: names each skipped unreadable member of ``path`` on stderr."""
+
+    def notify(name: str, reason: str) -> None:
+        print(
+            f"strided: {safe(path)}: skipped unreadable member {safe(repr(name))}: {safe(reason)}",
+            file=sys.stderr,
+        )
+
+    return notify
 
 
 def run_hash(args: argparse.Namespace) -> int:
-    """Print ``DIGEST  NAME`` per tensor (names sorted by UTF-8 bytes), then
-    ``DIGEST  *metadata*`` (``Checkpoint.metadata_digest``) and ``DIGEST  *checkpoint*``
-    (``Checkpoint.digest``); ``--json`` prints ``{"digest", "metadata_digest", "tensors"}``.
+    """Print ``HashReport.lines()`` (``DIGEST  NAME`` per tensor, names sorted by UTF-8
+    bytes, then ``DIGEST  *metadata*`` and ``DIGEST  *checkpoint*``), or with ``--json``
+    ``HashReport.to_json()``; the work is ``st.hash``'s (``jobs._hash``).
 
-    An expanded view (logical size more than 2^20 x its stored bytes) is refused before
-    anything is hashed unless ``--allow-expanded`` (``_jobs.admit``). A member strided
-    cannot read stops the command before anything is hashed unless
-    ``--skip-unreadable``: then each gets a line ``DIGEST  *unreadable*:NAME`` (the
-    SHA-256 of its stored bytes, sorted by name) before ``*metadata*``, the checkpoint
-    digest covers them (as ``Checkpoint.digest(skip_unreadable=True)``), and ``--json``
-    has ``"unreadable": {name: digest}``. They are hashed here, so the output is the
-    same for any ``--jobs`` or ``--scheduler``.
+    The checkpoint is opened here (workers open it by path), so a file that only this
+    process can see is reported by the engine, naming the worker.
     """
     with open_checkpoint(args.path, lenient=args.lenient) as checkpoint:
-        skipped = skipped_members(checkpoint, args.path, args.skip_unreadable)
-        metadata = checkpoint.metadata_digest()
-        names = sorted(checkpoint, key=sort_key)
-        infos = admit(checkpoint, names, args.allow_expanded)
-        tasks = plan(
-            [(name, infos[name].shape.numel, infos[name].logical_len) for name in names], False
-        )
-        path = where(args.path, args.lenient)
-        weights = [sum(infos[part.name].logical_len for part in task) for task in tasks]
-        work = [(path, [part.name for part in task]) for task in tasks]
-        with (
-            sharing((path, checkpoint)),
-            runner(args.jobs, args.scheduler) as engine,
-            Progress(sum(weights), "hash") as progress,
-        ):
-            results = engine.run(_digest.run_task, work, weights, progress)
-        stored = {name: checkpoint.unreadable_digest(name) for name in skipped}
-    digests = dict(zip(names, (digest for found in results for digest in found), strict=True))
-    total = combine([*digests.items(), *((UNREADABLE_PREFIX + n, d) for n, d in stored.items())])
+        report = hash_checkpoint(
+            checkpoint, args.path, glob=args.name, jobs=args.jobs, scheduler=args.scheduler,
+            allow_expanded=args.allow_expanded, lenient=args.lenient,
+            skip_unreadable=args.skip_unreadable, notify=tell_skipped(args.path),
+            meter=Progress,
+        )  # fmt: skip
     if args.json:
-        tensors = {
-            name: {
-                "dtype": infos[name].dtype,
-                "shape": list(infos[name].shape),
-                "digest": digests[name],
-            }
-            for name in names
-        }
-        document = {"digest": total, "metadata_digest": metadata, "tensors": tensors}
-        if stored:
-            document["unreadable"] = stored
-        print(json.dumps(document, indent=1))
+        print(report.to_json())
         return 0
-    for name in names:
-        print(escaped_line(digests[name], name))
-    for name, digest in stored.items():
-        print(unreadable_line(digest, name))
-    print(f"{metadata}  {METADATA_LINE}")
-    print(f"{total}  {CHECKPOINT_LINE}")
+    for line in report.lines():
+        print(line)
     return 0

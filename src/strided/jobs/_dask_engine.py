@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from .._core.limits import MAX_JOBS
 from ._pool import EngineError, task_scope
 
 __all__ = ["CONNECT_TIMEOUT", "DaskRunner", "require", "run_in_worker"]
@@ -166,8 +167,10 @@ class DaskRunner:
 def _local_cluster(distributed: Any, address: str) -> Any:
     """A cluster of N single-threaded worker processes on this machine (``local:N``)."""
     count = address[len("local:") :]
-    if not count.isdigit() or not 1 <= int(count) <= 1024:
-        raise EngineError(f"local:N takes a number of workers from 1 to 1024, found {address!r}")
+    if not count.isdigit() or not 1 <= int(count) <= MAX_JOBS:
+        raise EngineError(
+            f"local:N takes a number of workers from 1 to {MAX_JOBS}, found {address!r}"
+        )
     try:
         return distributed.LocalCluster(
             n_workers=int(count),

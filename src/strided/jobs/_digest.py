@@ -28,5 +28,5 @@ def run_task(task: tuple[str, Sequence[str]]) -> list[str]:
         try:
             found.append(digest_of(checkpoint, name))
         except DataError as error:
-            raise JobError(path, name, str(error)) from None
+            raise JobError(path, name, str(error), type(error)) from None
     return found

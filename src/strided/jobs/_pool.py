@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._core.errors import DataError
 from ._checkpoint import open_checkpoint
 
 if TYPE_CHECKING:
@@ -67,13 +68,21 @@ _OPEN_LIMIT = 8
 
 
 class JobError(Exception):
-    """A task failed on one tensor: ``path``, ``name`` and the reader's message."""
+    """A task failed on one tensor: ``path``, ``name``, the reader's message and the
+    DataError subclass it raised (``kind``), so a Python face can raise that type again."""
 
-    def __init__(self, path: str, name: str, message: str) -> None:
-        super().__init__(path, name, message)
+    def __init__(
+        self, path: str, name: str, message: str, kind: type[DataError] = DataError
+    ) -> None:
+        super().__init__(path, name, message, kind)
         self.path = path
         self.name = name
         self.message = message
+        self.kind = kind
+
+    def as_data_error(self) -> DataError:
+        """The failure as the reader's own error type, naming the file and the tensor."""
+        return self.kind(str(self))
 
     def __str__(self) -> str:
         return f"{self.path}: tensor {self.name!r}: {self.message}"

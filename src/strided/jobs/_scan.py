@@ -41,7 +41,7 @@ def run_task(task: ScanTask) -> list[tuple[str | None, Totals | None]]:
         try:
             found.append(_scan(path, part, digests))
         except DataError as error:
-            raise JobError(path, part.name, str(error)) from None
+            raise JobError(path, part.name, str(error), type(error)) from None
     return found
 
 
