@@ -44,8 +44,11 @@ if TYPE_CHECKING:
         save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
+    from .jobs._diff_job import diff
+    from .jobs._diff_report import DiffReport
     from .jobs._gguf_export import save_gguf
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
+    from .jobs._set_metadata_job import SetMetadataReport, set_metadata
 
 __version__ = VERSION
 
@@ -58,6 +61,7 @@ __all__ = [
     "DType",
     "DTypeError",
     "DataError",
+    "DiffReport",
     "DivisionError",
     "FormatError",
     "GGUFFile",
@@ -68,6 +72,7 @@ __all__ = [
     "RangeError",
     "SafetensorsFile",
     "Scalar",
+    "SetMetadataReport",
     "Shape",
     "ShapeError",
     "Tensor",
@@ -75,6 +80,7 @@ __all__ = [
     "TensorInspection",
     "TensorInspectionOptions",
     "concatenate",
+    "diff",
     "load_npy",
     "load_safetensors",
     "merge_linear",
@@ -85,6 +91,7 @@ __all__ = [
     "save_gguf",
     "save_npy",
     "save_safetensors",
+    "set_metadata",
     "stack",
     "tensor",
     "where",
@@ -97,6 +104,10 @@ _HOMES = {
     "TensorInfo": ".jobs._checkpoint",
     "PickleImport": ".jobs._checkpoint",
     "open_checkpoint": ".jobs._checkpoint",
+    "diff": ".jobs._diff_job",
+    "DiffReport": ".jobs._diff_report",
+    "SetMetadataReport": ".jobs._set_metadata_job",
+    "set_metadata": ".jobs._set_metadata_job",
     "save_gguf": ".jobs._gguf_export",
     "MergedCheckpoint": ".jobs._merge",
     "merge_linear": ".jobs._merge",

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._core.errors import DataError
-from .._core.limits import MAX_INSPECTION_SAMPLES
+from .._core.limits import MAX_INSPECTION_SAMPLES, MAX_JOBS
 from .._core.version import VERSION
 from ._commands import add_allow_nonfinite, add_scan, add_set_metadata, add_skip_unreadable
 from ._merge_args import COMMANDS, add_merges
@@ -509,7 +509,7 @@ def _add_expanded(command: argparse.ArgumentParser, when: str = "") -> None:
 
 
 def _jobs(text: str) -> int:
-    return _integer(text, 1, 1024)
+    return _integer(text, 1, MAX_JOBS)
 
 
 def _scheduler(text: str) -> str:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from .._core.terminal import escape_char, index_text, safe
+
 if TYPE_CHECKING:
     from ..jobs._pool import JobError
 
 __all__ = [
     "byte_size",
     "count_text",
+    "escape_char",
     "index_text",
     "job_error",
     "one_line",
@@ -18,33 +21,6 @@ __all__ = [
     "tensor_error",
     "with_path",
 ]
-
-# Control characters a file could use to drive the terminal, spelled as escapes.
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def safe(text: str) -> str:
-    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``).
-
-    Names and metadata come from files written by strangers: printed raw, an escape
-    sequence could recolour the terminal, retitle its window, clear the screen or, with
-    a carriage return, overwrite what was printed before. Printable text, spaces and a
-    backslash are kept as they are.
-    """
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else escape_char(char) for char in text)
-
-
-def escape_char(char: str, named: dict[str, str] = _NAMED) -> str:
-    """One character as an escape: ``named`` first, then ``\\xNN``, ``\\uNNNN``, ``\\UNNNNNNNN``."""
-    found = named.get(char)
-    if found is not None:
-        return found
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def one_line(error: BaseException) -> str:
@@ -99,13 +75,6 @@ def count_text(count: int) -> str:
         if value < 999.95 or unit == "T":
             return f"{value:.1f}{unit}"
     return f"{count:,}"  # pragma: no cover
-
-
-def index_text(index: object) -> str:
-    """A multi-index as ``[0, 3]`` (``-`` for None)."""
-    if index is None:
-        return "-"
-    return "[" + ", ".join(str(int(i)) for i in index) + "]"  # type: ignore[attr-defined]
 
 
 def byte_size(count: int) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.dtype import DType
 from .._core.errors import DataError
+from .._core.terminal import count_of
 from .._kernels.digest import UNREADABLE_PREFIX, combine, sort_key
 from .._kernels.exact_stats import Totals, summary
 from ..jobs import _scan
@@ -33,11 +34,6 @@ __all__ = [
     "scan_checkpoint",
     "skipped_members",
 ]
-
-
-def count_of(count: int, noun: str) -> str:
-    """``1 tensor``, ``2 tensors``, ``1,024 tensors``: a count with its noun agreeing."""
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 class CommandFailure(Exception):
