@@ -11,6 +11,7 @@ from __future__ import annotations
 import doctest
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from hypothesis import strategies as hs
 
 import strided as st
 from strided.cli import main
+from strided.io import _http
 from strided.jobs._diff import shorten
 from strided.jobs._diff_report import JSON_TEXT, TABLE_TEXT, table_text
 from tests.gguf_oracle import write_reference
+from tests.httpserver import FileServer
 from tests.test_unreadable_jobs import sparse_like
 
 
@@ -271,3 +274,24 @@ def test_the_docstring_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for test in finder.find(st.diff, "diff", globs={}):
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_token_goes_to_the_url_s_origin_for_this_call_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_http.TOKENS_VARIABLE, raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    local = save(tmp_path / "w.safetensors", {"w": np.arange(8, dtype=np.float32)}, {"k": "v"})
+    server = FileServer(tmp_path)
+    try:
+        url = server.url("w.safetensors")
+        report = st.diff(url, local, token="s3cret", jobs=2)
+        assert report.ok and report.tensors["w"]["status"] == "identical"
+        assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer s3cret"}
+        assert _http.TOKENS_VARIABLE not in os.environ  # forgotten after the call
+        server.reset()
+        status = main(["diff", url, str(local), "--json", "--token", "t0ken"])
+        assert status == 0 and capsys.readouterr().out == report.to_json() + "\n"
+        assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer t0ken"}
+    finally:
+        server.close()
