@@ -124,7 +124,9 @@ def diff(
             cannot read (without ``skip_unreadable``), or a tensor to compare is an
             expanded view (LimitError, without ``allow_expanded``).
         RangeError: a tolerance, ``ulp`` or ``jobs`` out of range; FormatError for one
-            that is not a number.
+            that is not a number, or ``jobs`` other than 1 with a ``scheduler``. A value
+            that cannot be read while the values are compared is a FormatError naming
+            the files and the tensor.
         OSError: a file cannot be opened.
 
     Example:
