@@ -44,11 +44,14 @@ if TYPE_CHECKING:
         save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
+    from .jobs._diff_job import diff
+    from .jobs._diff_report import DiffReport
     from .jobs._faces import hash, verify
     from .jobs._gguf_export import save_gguf
     from .jobs._hash import HashReport, TensorDigest
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
     from .jobs._pickle_scan import ScannedFile, ScanReport, scan
+    from .jobs._set_metadata_job import SetMetadataReport, set_metadata
     from .jobs._verify import ManifestCheck, TensorCheck, VerifyReport
 
 __version__ = VERSION
@@ -62,6 +65,7 @@ __all__ = [
     "DType",
     "DTypeError",
     "DataError",
+    "DiffReport",
     "DivisionError",
     "FormatError",
     "GGUFFile",
@@ -76,6 +80,7 @@ __all__ = [
     "Scalar",
     "ScanReport",
     "ScannedFile",
+    "SetMetadataReport",
     "Shape",
     "ShapeError",
     "Tensor",
@@ -86,6 +91,7 @@ __all__ = [
     "TensorInspectionOptions",
     "VerifyReport",
     "concatenate",
+    "diff",
     "hash",
     "load_npy",
     "load_safetensors",
@@ -98,6 +104,7 @@ __all__ = [
     "save_npy",
     "save_safetensors",
     "scan",
+    "set_metadata",
     "stack",
     "tensor",
     "verify",
@@ -118,6 +125,10 @@ _HOMES = {
     "ManifestCheck": ".jobs._verify",
     "TensorCheck": ".jobs._verify",
     "VerifyReport": ".jobs._verify",
+    "diff": ".jobs._diff_job",
+    "DiffReport": ".jobs._diff_report",
+    "SetMetadataReport": ".jobs._set_metadata_job",
+    "set_metadata": ".jobs._set_metadata_job",
     "save_gguf": ".jobs._gguf_export",
     "MergedCheckpoint": ".jobs._merge",
     "merge_linear": ".jobs._merge",

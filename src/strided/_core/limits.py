@@ -12,6 +12,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_EXPANSION",
     "MAX_INSPECTION_SAMPLES",
+    "MAX_JOBS",
     "MAX_RANK",
     "check_dims",
     "describe",
@@ -23,6 +24,7 @@ __all__ = [
 MAX_RANK = 32
 MAX_ELEMENTS = 2**34
 MAX_INSPECTION_SAMPLES = 65536
+MAX_JOBS = 1024  # processes one job may use (--jobs, jobs=)
 
 
 def to_dim(value: object, what: str = "dim") -> int:
@@ -195,5 +197,3 @@ MAX_PATTERN_DEPTH = 32  # groups nested inside each other in one key
 # Members a job's refusal names when a checkpoint holds some it cannot read (the rest
 # are counted, so one error line stays short; --skip-unreadable lists every one).
 MAX_UNREADABLE_NAMED = 8
-# Worker processes one job may start (``--jobs N``, Python ``jobs=N``).
-MAX_JOBS = 1024

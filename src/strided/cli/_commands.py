@@ -64,6 +64,12 @@ def add_set_metadata(
         "-o", dest="out", metavar="OUT", default=None, help="write to OUT instead of PATH"
     )
     parser.add_argument("--overwrite", action="store_true", help="with -o: replace an existing OUT")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document: the path written, its format, each key set with its "
+        "type, the keys deleted",
+    )
     parser.set_defaults(run=run)
 
 

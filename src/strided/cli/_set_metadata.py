@@ -1,7 +1,8 @@
 """``strided set-metadata``: change GGUF key/values or safetensors ``__metadata__``.
 
 The runner of the command whose parser ``_commands`` defines; imported when the command
-runs (see the package docstring: start-up time).
+runs (see the package docstring: start-up time). The work is ``strided.set_metadata``'s
+(``jobs._set_metadata_job``); this module parses, calls and prints.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..jobs._set_metadata import TYPE_NAMES, Edit, set_metadata
+from ..jobs._set_metadata import TYPE_NAMES, Edit
+from ..jobs._set_metadata_job import apply
 from ._convert import destination_error
 from ._text import safe
 from ._verify import CommandFailure
@@ -23,13 +25,18 @@ def run_set_metadata(args: argparse.Namespace) -> int:
         raise CommandFailure("set-metadata: give KEY=VALUE pairs or --delete KEY", status=2)
     edit = Edit(args.sets, args.delete, TYPE_NAMES[args.type] if args.type else None)
     try:
-        kind = set_metadata(args.path, edit, args.out, args.overwrite)
+        report = apply(args.path, edit, args.out, args.overwrite)
     except OSError as error:
         if args.out is None or not _names(error, args.out):
             raise  # reading PATH (or replacing it): reported against PATH
         raise CommandFailure(destination_error(args.out, error)) from None
-    shown = safe(args.out or args.path)
-    print(f"{shown} ({kind}): {len(args.sets)} set, {len(args.delete)} deleted; tensors unchanged")
+    if args.json:
+        print(report.to_json())
+        return 0
+    # Counted as given: a key set twice counts twice (the report keeps its last type).
+    shown = safe(report.path)
+    print(f"{shown} ({report.format}): {len(args.sets)} set, {len(args.delete)} deleted; "
+          "tensors unchanged")  # fmt: skip
     return 0
 
 

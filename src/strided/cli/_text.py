@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._core.messages import escape_char, one_line, safe, with_path
+from .._core.terminal import escape_char, index_text, one_line, safe, with_path
 
 if TYPE_CHECKING:
     from ..jobs._pool import JobError
@@ -57,13 +57,6 @@ def count_text(count: int) -> str:
         if value < 999.95 or unit == "T":
             return f"{value:.1f}{unit}"
     return f"{count:,}"  # pragma: no cover
-
-
-def index_text(index: object) -> str:
-    """A multi-index as ``[0, 3]`` (``-`` for None)."""
-    if index is None:
-        return "-"
-    return "[" + ", ".join(str(int(i)) for i in index) + "]"  # type: ignore[attr-defined]
 
 
 def byte_size(count: int) -> str:

@@ -11,11 +11,12 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import DataError
+from .._core.terminal import count_of
 from ..jobs._checkpoint import Checkpoint, open_checkpoint
 from ..jobs._manifest import read_manifest
 from ..jobs._sweep import exact_row, header_row, sweep
 from ..jobs._unreadable import selected_unreadable, unreadable_error
-from ..jobs._verify import count_of, verify_checkpoint
+from ..jobs._verify import verify_checkpoint
 from ._hash import tell_skipped
 from ._progress import Progress
 from ._text import byte_size, index_text, safe, with_path

@@ -80,7 +80,7 @@ def hash(
     """
     check_workers("hash", jobs, scheduler)
     where = as_path(path)
-    with token_scope(where, token), open_checkpoint(where, lenient=lenient, token=token) as found:
+    with token_scope(token, where), open_checkpoint(where, lenient=lenient, token=token) as found:
         try:
             return hash_checkpoint(
                 found, where, glob="*" if names is None else names, jobs=jobs,
@@ -154,7 +154,7 @@ def verify(
     check_workers("verify", jobs, scheduler)
     where = as_path(path)
     expected = None if manifest is None else read_manifest(as_path(manifest))
-    with token_scope(where, token), open_checkpoint(where, lenient=lenient, token=token) as found:
+    with token_scope(token, where), open_checkpoint(where, lenient=lenient, token=token) as found:
         try:
             return verify_checkpoint(
                 found, where, expected, glob="*" if names is None else names,

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_MANIFEST_BYTES as _MAX_MANIFEST_BYTES
-from .._core.messages import escape_char
+from .._core.terminal import escape_char
 from .._kernels.digest import UNREADABLE_PREFIX
 from .._kernels.strict_json import loads_strict
 from ..io._common import file_size, open_regular, read_exact

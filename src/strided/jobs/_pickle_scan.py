@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .._core.errors import DataError, FormatError
 from .._core.memory import guard_function
-from .._core.messages import with_path
+from .._core.terminal import with_path
 from ..io._budget import ParseBudget
 from ..io._common import label
 from ..io._http import is_url

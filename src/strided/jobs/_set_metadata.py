@@ -31,7 +31,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, NamedTuple
 
 from .._core.errors import FormatError, LimitError
@@ -50,7 +50,7 @@ try:  # POSIX; elsewhere the identity check alone guards the rename
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["TYPE_NAMES", "Edit", "set_metadata"]
+__all__ = ["TYPE_NAMES", "Edit", "Result", "set_metadata"]
 
 # ``--type`` spellings -> GGUF value type names.
 TYPE_NAMES = {
@@ -74,16 +74,36 @@ _COPY_BYTES = 1 << 24  # the data region is copied this much at a time
 
 
 class Edit(NamedTuple):
-    """What to change: ``sets`` (key, value text) in order, ``deletes`` (keys), and the
-    type of new GGUF keys (a ``TYPE_NAMES`` value; None: llama.cpp's type for a key it
-    knows, and any other new key is refused)."""
+    """What to change: ``sets`` (key, value) in order, ``deletes`` (keys), and the type
+    of new GGUF keys: ``types[key]``, else ``new_type`` (``TYPE_NAMES`` values; None:
+    llama.cpp's type for a key it knows, and any other new key is refused).
 
-    sets: Sequence[tuple[str, str]]
+    A value is the command line's text (parsed by its type), or with ``values`` the
+    Python value itself (a str, int, float, bool, or a list for an array), which must
+    fit its type as it is. ``option`` is how messages name the type's setting.
+    """
+
+    sets: Sequence[tuple[str, Any]]
     deletes: Sequence[str]
     new_type: str | None = None
+    types: Mapping[str, str] | None = None
+    values: bool = False
+    option: str = "--type"
+
+    def type_of(self, key: str) -> str | None:
+        """The type given for ``key`` (None: none given)."""
+        return (self.types or {}).get(key, self.new_type)
 
 
-def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool = False) -> str:
+class Result(NamedTuple):
+    """What an edit did: the file's format and the type each key set was given (GGUF's
+    type names; ``STRING`` for safetensors), in the order first set."""
+
+    kind: str
+    types: dict[str, str]
+
+
+def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool = False) -> Result:
     """Apply ``edit`` to the GGUF or safetensors file ``path``, written to ``out``
     (default: ``path`` itself, replaced atomically; a symbolic link's target is
     replaced and the link kept). Returns the format's name.
@@ -101,9 +121,11 @@ def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool 
         if kind == "safetensors":
             file.seek(0)
             header, start = _safetensors_header(file, size, where, edit)
+            result = Result(kind, {key: "STRING" for key, _ in edit.sets})
         elif kind == "gguf":
             raw = map_file(file, size, where)
-            header, start = _gguf_header(raw, size, where, edit)
+            header, start, types = _gguf_header(raw, size, where, edit)
+            result = Result(kind, types)
         else:
             raise FormatError(f"{where}: set-metadata edits GGUF and safetensors files, not {kind}")
 
@@ -116,10 +138,10 @@ def set_metadata(path: str, edit: Edit, out: str | None = None, overwrite: bool 
 
         if out is not None:
             write_file(out, write, overwrite)
-            return kind
+            return result
         target = os.path.realpath(where)
         write_file(target, write, True, lambda: _still_named(file, target, where))
-    return kind
+    return result
 
 
 @contextlib.contextmanager
@@ -142,8 +164,9 @@ def _still_named(file: IO[bytes], target: str, where: str) -> Iterator[None]:
             fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
 
-def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, int]:
-    """The new GGUF header (padded) and where the old data region starts."""
+def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, int, dict[str, str]]:
+    """The new GGUF header (padded), where the old data region starts, and the type of
+    each key set."""
     reader = _Reader(raw.data, size, where)
     version, (metadata, types), tensors = parse_gguf(reader)
     layout = {key: (types[key], metadata[key]) for key in ("general.alignment",) if key in types}
@@ -160,45 +183,61 @@ def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, in
         del values[key], kinds[key]
     architecture = metadata.get("general.architecture")
     arch = architecture if type(architecture) is str else None
-    for key, text in edit.sets:
-        if key in kinds and edit.new_type is not None and not _same_kind(kinds[key], edit):
+    for key, given in edit.sets:
+        wanted = edit.type_of(key)
+        if key in kinds and wanted is not None and not _same_kind(kinds[key], wanted):
             raise FormatError(
                 f"{where}: key {key[:80]!r} keeps its type {kinds[key]} (delete it first to "
                 "give it another)"
             )
-        kind = kinds.get(key) or _new_kind(key, text, edit.new_type, arch, where)
-        values[key], kinds[key] = _parsed(text, kind, f"{where}: key {key[:80]!r}"), kind
-    body = [encode_kv(key, kinds[key], value) for key, value in values.items()]
+        kind = kinds.get(key) or _new_kind(key, _is_array(given, edit), wanted, arch, where, edit)
+        value = given if edit.values else _parsed(given, kind, f"{where}: key {key[:80]!r}")
+        values[key], kinds[key] = value, kind
+    try:
+        body = [encode_kv(key, kinds[key], value) for key, value in values.items()]
+    except FormatError as error:
+        if not edit.values:
+            raise  # the command line names the file
+        raise FormatError(f"{where}: {error}") from None
     infos = [
         tensor_info(TensorSpec(name, info.kind.name, Shape._trusted(info.dims)), info.begin - start)
         for name, info in tensors.items()
     ]
     header = b"".join((b"GGUF", struct.pack("<IQQ", version, len(infos), len(body)), *body, *infos))
-    return header + bytes(-len(header) % alignment), start
+    types = {key: kinds[key] for key, _ in edit.sets}
+    return header + bytes(-len(header) % alignment), start, types
 
 
-def _same_kind(kind: str, edit: Edit) -> bool:
-    return kind == edit.new_type or kind == f"ARRAY[{edit.new_type}]"
+def _same_kind(kind: str, wanted: str) -> bool:
+    return kind == wanted or kind == f"ARRAY[{wanted}]"
 
 
-def _new_kind(key: str, text: str, new_type: str | None, arch: str | None, where: str) -> str:
+def _is_array(value: Any, edit: Edit) -> bool:
+    """Whether a value is an array: a list (or tuple), or text that is a JSON array."""
+    if edit.values:
+        return isinstance(value, (list, tuple))
+    return str(value).lstrip().startswith("[")
+
+
+def _new_kind(
+    key: str, array: bool, new_type: str | None, arch: str | None, where: str, edit: Edit
+) -> str:
     """The type of a new key: llama.cpp's for a key it knows (an array type when the
-    text is a JSON array and llama.cpp also writes the key as one), else the one given.
+    value is an array and llama.cpp also writes the key as one), else the one given.
     """
-    array = text.lstrip().startswith("[")
     given = None if new_type is None else f"ARRAY[{new_type}]" if array else new_type
     known = known_types(key, arch)
     if not known:
         if given is None:
             raise FormatError(
-                f"{where}: new key {key[:80]!r} needs --type (u32, i32, f32, bool, str...): "
+                f"{where}: new key {key[:80]!r} needs {edit.option} (u32, i32, f32, bool, str...): "
                 "it is not one of llama.cpp's known keys"
             )
         return given
     fitting = [kind for kind in known if kind.startswith("ARRAY") == array] or list(known)
     if given is not None and given not in known:
         raise FormatError(
-            f"{where}: key {key[:80]!r} is llama.cpp's {' or '.join(known)}; --type "
+            f"{where}: key {key[:80]!r} is llama.cpp's {' or '.join(known)}; {edit.option} "
             f"{new_type} does not fit it"
         )
     return given or fitting[0]
@@ -253,8 +292,17 @@ def _json_integer(text: str) -> int:
 
 def _safetensors_header(file: IO[bytes], size: int, where: str, edit: Edit) -> tuple[bytes, int]:
     """The new safetensors header and where the old data region starts."""
-    if edit.new_type not in (None, "STRING"):
-        raise FormatError(f"{where}: safetensors metadata values are strings; --type cannot apply")
+    wanted = {edit.new_type, *(edit.types or {}).values()}
+    if not wanted <= {None, "STRING"}:
+        raise FormatError(
+            f"{where}: safetensors metadata values are strings; {edit.option} cannot apply"
+        )
+    for key, value in edit.sets:
+        if type(value) is not str:
+            raise FormatError(
+                f"{where}: safetensors metadata values are strings; key {key[:80]!r} was "
+                f"given a {type(value).__name__}"
+            )
     entries, metadata = parse_header(file, size, where)
     start = 8 + int.from_bytes(_first_bytes(file), "little")
     for key in edit.deletes:

@@ -74,15 +74,18 @@ def check_workers(job: str, jobs: int, scheduler: str | None) -> None:
 
 
 @contextmanager
-def token_scope(path: str, token: str | None) -> Iterator[None]:
-    """While open, ``token`` is sent to ``path``'s origin by this process and by the
-    worker processes it starts (they open the URL themselves); then forgotten."""
-    if token is None or not is_url(path):
+def token_scope(token: str | None, *paths: str) -> Iterator[None]:
+    """While open, ``token`` is sent to the origin of each URL among ``paths`` by this
+    process and by the worker processes it starts (they open the URLs themselves); then
+    forgotten, the environment as it was."""
+    urls = [path for path in paths if is_url(path)]
+    if token is None or not urls:
         yield
         return
     remembered = os.environ.get(TOKENS_VARIABLE)
     try:
-        remember_token(path, token)
+        for url in urls:
+            remember_token(url, token)
         yield
     finally:
         if remembered is None:

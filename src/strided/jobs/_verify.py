@@ -11,18 +11,14 @@ from typing import Any
 
 from .._core.dtype import DType
 from .._core.floats import shortest_text
+from .._core.terminal import count_of
 from .._kernels.digest import UNREADABLE_PREFIX, combine, sort_key
 from ._checkpoint import Checkpoint
 from ._hash import no_match
 from ._manifest import Manifest
 from ._sweep import Meter, Notify, exact_row, no_meter, skipped_unreadable, sweep
 
-__all__ = ["ManifestCheck", "TensorCheck", "VerifyReport", "count_of", "verify_checkpoint"]
-
-
-def count_of(count: int, noun: str) -> str:
-    """``1 tensor``, ``2 tensors``, ``1,024 tensors``: a count with its noun agreeing."""
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+__all__ = ["ManifestCheck", "TensorCheck", "VerifyReport", "verify_checkpoint"]
 
 
 @dataclass(frozen=True)

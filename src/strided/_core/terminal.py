@@ -1,14 +1,15 @@
-"""Text for people that every layer may need: terminal-safe strings and one-line errors.
+"""Text for people that every layer may need: terminal-safe strings, indices, counts
+and one-line error messages.
 
-A report built below the command line (``st.scan``'s errors, say) carries the same
-text the command prints, so the functions that make it live here, under both.
+Reports built by the jobs layer (``DiffReport.lines``, ``st.scan``'s errors, manifest
+names) carry the same text the command line prints, so these live below both.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["escape_char", "one_line", "safe", "with_path"]
+__all__ = ["count_of", "escape_char", "index_text", "one_line", "safe", "with_path"]
 
 # Control characters a file could use to drive the terminal, spelled as escapes.
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -36,6 +37,18 @@ def escape_char(char: str, named: dict[str, str] = _NAMED) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def index_text(index: object) -> str:
+    """A multi-index as ``[0, 3]`` (``-`` for None)."""
+    if index is None:
+        return "-"
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"  # type: ignore[attr-defined]
+
+
+def count_of(count: int, noun: str) -> str:
+    """``1 tensor``, ``2 tensors``, ``1,024 tensors``: a count with its noun agreeing."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def one_line(error: BaseException) -> str:
