@@ -268,6 +268,24 @@ class ArithMethods(TensorInternals):
             return self  # type: ignore[return-value]
         return self._adopt(convert_array(self._array, source, target), target)
 
+    def astype(self, dtype: DType | str) -> Tensor:
+        """``convert(dtype)``, spelled as NumPy spells it: the same exact conversion,
+        the same errors. Unlike ``ndarray.astype`` nothing ever wraps or truncates
+        silently, and there is no ``copy`` argument: a tensor never changes, so
+        converting to its own dtype returns the tensor itself.
+
+        Example:
+            >>> import strided as st
+            >>> t = st.tensor([1, 2, 300], st.DType.I32)
+            >>> t.astype("F16").to_json()
+            '{"dtype":"F16","shape":[3],"data":["1.0","2.0","300.0"]}'
+            >>> t.astype(st.DType.I8)
+            Traceback (most recent call last):
+            ...
+            strided.RangeError: ...
+        """
+        return self.convert(dtype)
+
     # -- Python operators: a tensor or a scalar-like on either side ----------------------
 
     def __add__(self, other: object) -> Tensor:

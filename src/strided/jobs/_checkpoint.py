@@ -107,6 +107,19 @@ class Checkpoint(Mapping[str, Tensor]):
     ``imports`` (the globals a pickle names, judged), ``unreadable`` (members the file
     holds but strided cannot read) and ``unreadable_digest(name)``; ``close()`` or
     ``with`` releases the reader (tensors already loaded stay valid).
+
+    Example:
+        >>> import os, tempfile, numpy as np, strided as st
+        >>> path = os.path.join(tempfile.mkdtemp(), "weights.npz")
+        >>> np.savez(path, w=np.arange(6, dtype=np.float32).reshape(2, 3), step=np.int64(7))
+        >>> ckpt = st.open_checkpoint(path)
+        >>> ckpt.format, sorted(ckpt), "w" in ckpt, len(ckpt)
+        ('npz', ['step', 'w'], True, 2)
+        >>> ckpt.info("w")
+        TensorInfo(name='w', dtype='F32', shape=Shape([2, 3]), byte_len=24)
+        >>> ckpt["w"].digest() == st.open_checkpoint(path)["w"].digest()
+        True
+        >>> ckpt.close()
     """
 
     __slots__ = (
@@ -433,6 +446,29 @@ def open_checkpoint(
     fails at once; a URL that does not parse is a FormatError. Network and HTTP
     failures are OSError (FileNotFoundError for 404), a misbehaving server a
     FormatError, each naming the URL. ``close()`` closes the HTTP client.
+
+    Args:
+        path: a file, a folder, or an http(s) URL.
+        copy: tensors copied into memory instead of views of the file.
+        lenient: read unknown pickle globals as inert records (never run).
+        token: a bearer token for a URL's origin. timeout: seconds, for URLs.
+
+    Returns:
+        A ``Checkpoint``; close it (or use ``with``) when done.
+
+    Raises:
+        FormatError / LimitError for a malformed or hostile file, OSError when the path
+        cannot be read.
+
+    Example:
+        >>> import os, tempfile, numpy as np, strided as st
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
+        >>> st.save_safetensors(path, {"w": st.tensor([[1.0, 2.0]], st.DType.BF16)})
+        >>> with st.open_checkpoint(path) as ckpt:
+        ...     print(ckpt.format, list(ckpt), ckpt.info("w").shape)
+        ...     print(ckpt["w"].astype("F32").to_json())
+        safetensors ['w'] [1, 2]
+        {"dtype":"F32","shape":[1,2],"data":["1.0","2.0"]}
     """
 
     if is_url(path):
