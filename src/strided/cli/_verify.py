@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import DataError
+from .._core.errors import DataError, FormatError
 from .._core.terminal import count_of
 from ..jobs._checkpoint import Checkpoint, open_checkpoint
 from ..jobs._manifest import read_manifest
-from ..jobs._sweep import exact_row, header_row, sweep
-from ..jobs._unreadable import selected_unreadable, unreadable_error
+from ..jobs._sweep import exact_row, header_row, skipped_unreadable, sweep
 from ..jobs._verify import verify_checkpoint
 from ._hash import tell_skipped
 from ._progress import Progress
@@ -57,13 +56,10 @@ def skipped_members(
     """The unreadable members (``name -> reason``, sorted by UTF-8 bytes) the command
     covers: those matching ``glob``. Without ``skip`` any is an ``UnreadableRefused``
     naming them; with it each is named on stderr and returned."""
-    found = selected_unreadable(checkpoint.unreadable, glob)
-    if found and not skip:
-        raise UnreadableRefused(with_path(path, unreadable_error(path, found)))
-    notify = tell_skipped(path)
-    for name, reason in found.items():
-        notify(name, reason)
-    return found
+    try:
+        return skipped_unreadable(checkpoint, path, skip, tell_skipped(path), glob)
+    except FormatError as refusal:  # the one refusal skipped_unreadable raises
+        raise UnreadableRefused(with_path(path, refusal)) from None
 
 
 def scan_checkpoint(
