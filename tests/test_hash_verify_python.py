@@ -412,3 +412,40 @@ def test_a_dask_scheduler_gives_the_same_reports(tmp_path: Path) -> None:
     manifest.write_text("".join(line + "\n" for line in st.hash(path).lines()))
     assert st.hash(path, scheduler="local:1") == st.hash(path)
     assert st.verify(path, manifest, scheduler="local:1") == st.verify(path, manifest)
+
+
+_AFTER_A_FORK_SERVER = """
+import sys, threading, strided as st
+# A second thread makes the jobs start their workers from a fork server, and this first
+# job starts that server before any token is set: its environment knows no token.
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+st.hash(sys.argv[2], jobs=3)
+st.hash(sys.argv[1], jobs=3, token="s3cret")
+"""
+
+
+def test_workers_from_an_older_fork_server_still_send_the_token(tmp_path: Path) -> None:
+    """A long-lived program whose fork server predates the job: the token set for the job
+    reaches the workers anyway (they are handed it, not left to inherit it)."""
+    import subprocess
+    import sys
+
+    from .httpserver import FileServer
+
+    arrays = {f"t{i}": np.full(1 << 22, i, np.float32) for i in range(3)}
+    save(tmp_path / "many.safetensors", arrays)
+    save(tmp_path / "local.safetensors", arrays)
+    server = FileServer(tmp_path)
+    try:
+        env = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
+        env["PYTHONPATH"] = os.pathsep.join(sys.path)
+        found = subprocess.run(
+            [sys.executable, "-c", _AFTER_A_FORK_SERVER, server.url("many.safetensors"),
+             str(tmp_path / "local.safetensors")],
+            capture_output=True, text=True, timeout=300, env=env, check=False,
+        )  # fmt: skip
+        assert found.returncode == 0, found.stderr
+        assert len(server.ports) >= 2  # the workers' own connections
+        assert {headers.get("Authorization") for _, headers in server.requests} == {"Bearer s3cret"}
+    finally:
+        server.close()

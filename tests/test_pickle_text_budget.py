@@ -149,7 +149,9 @@ def test_a_text_is_charged_what_cpython_allocates(value: str) -> None:
     # (read off its size, which then counts that copy too: generous, never short).
     assert char_bytes(value) >= width
     assert stored <= TEXT_BYTES + len(value) * char_bytes(value)
-    fresh = value.encode("utf-32-le").decode("utf-32-le")  # a new str with no UTF-8 cache
+    # A new str with no UTF-8 cache (a one-character latin-1 str is CPython's shared
+    # singleton, which may have cached it anywhere in the process: made longer, it is new).
+    fresh = (value * 2 + "x").encode("utf-32-le").decode("utf-32-le")
     assert char_bytes(fresh) == width
 
 

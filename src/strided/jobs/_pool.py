@@ -36,6 +36,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._core.errors import DataError
+from ..io._http import TOKENS_VARIABLE
 from ._checkpoint import open_checkpoint
 
 if TYPE_CHECKING:
@@ -260,8 +261,21 @@ def sharing(*checkpoints: tuple[str, Checkpoint]) -> Iterator[None]:
         _LAST.clear()
 
 
-def _worker_start(parent: int) -> None:
-    """Set up a worker: Ctrl-C is the parent's business, and the worker dies with it."""
+# What a worker must see of the parent's environment as it is when the job starts: the
+# remote tokens (``token=`` / ``--token``, set just for the job) and Hugging Face's
+# settings. A worker from the fork server inherits the server's environment, which may
+# be older than the job, so these are handed over explicitly.
+_PASSED_ON = (TOKENS_VARIABLE, "HF_TOKEN", "HF_ENDPOINT")
+
+
+def _worker_start(parent: int, environment: dict[str, str | None]) -> None:
+    """Set up a worker: Ctrl-C is the parent's business, the worker dies with it, and it
+    sees the parent's tokens as they are for this job."""
+    for variable, value in environment.items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
@@ -454,7 +468,7 @@ class Runner:
                 max_workers=self.jobs - 1,
                 mp_context=context,
                 initializer=_worker_start,
-                initargs=(parent,),
+                initargs=(parent, {name: os.environ.get(name) for name in _PASSED_ON}),
             )
         return self._pool
 
