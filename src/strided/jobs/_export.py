@@ -68,12 +68,19 @@ Task = tuple[Callable[[Any], "np.ndarray[Any, Any]"], Any, int]
 
 class Item(NamedTuple):
     """One tensor to write: what it becomes and how (``copy``, ``raw``, ``convert``, or
-    ``computed`` by its ``tasks``)."""
+    ``computed`` by its ``tasks``). ``source`` is the name it is read under when the
+    output renames it (empty: ``planned.name``)."""
 
     planned: Planned
     mode: str
     target: DType | None
     tasks: tuple[Task, ...] = ()
+    source: str = ""
+
+    @property
+    def read_name(self) -> str:
+        """The name the tensor has in the checkpoint it is read from."""
+        return self.source or self.planned.name
 
 
 def plan(
@@ -204,7 +211,7 @@ class _Writer:
                 numel = item.planned.shape.numel
                 for start in range(0, numel, step):
                     stop = min(start + step, numel)
-                    task = (self.path, item.planned.name, start, stop, item.target.name)
+                    task = (self.path, item.read_name, start, stop, item.target.name)
                     conversions.append((convert_task, task))
                     places.append((output, offset + start * item.target.itemsize))
             else:
@@ -216,7 +223,7 @@ class _Writer:
             self._advance(data.size)
 
     def _copy(self, output: OutputFile, offset: int, item: Item) -> None:
-        name = item.planned.name
+        name = item.read_name
         try:
             # safetensors and GGUF store the very bytes written: streamed as stored.
             parts = self.checkpoint._chunks(name)
