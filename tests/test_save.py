@@ -411,20 +411,23 @@ tracemalloc.start()
 sampler.start()
 if how == "save":
     st.save(out, merged)
-else:
+elif how == "save_safetensors":
     st.save_safetensors(out, merged)
+else:  # every merged tensor held at once
+    st.save_safetensors(out, {name: merged[name] for name in merged})
 done.set()
 sampler.join()
 print(tracemalloc.get_traced_memory()[1], max(peak[0], anon()) - start)
 """
 
 
-@pytest.mark.parametrize("how", ["save", "save_safetensors"])
+@pytest.mark.parametrize("how", ["save", "save_safetensors", "dict"])
 def test_saving_a_merged_model_stays_within_64_mib_and_its_largest_tensor(
     tmp_path: Path, how: str
 ) -> None:
-    """24 merged F32 weights of 4 MiB (96 MiB): ``st.save`` holds one weight's delta at a
-    time; ``save_safetensors`` of the same merged checkpoint holds every merged tensor."""
+    """24 merged F32 weights of 4 MiB (96 MiB): ``st.save`` and ``save_safetensors`` of
+    the merged checkpoint hold one weight's delta at a time; a dict of the merged tensors
+    holds them all."""
     base, adapter = _adapter(tmp_path, 24, 1024)
     found = subprocess.run(
         [sys.executable, "-c", _MEMORY, str(base), str(adapter), str(tmp_path / "o.safetensors"),
@@ -433,8 +436,53 @@ def test_saving_a_merged_model_stays_within_64_mib_and_its_largest_tensor(
     )  # fmt: skip
     traced, anonymous = (int(value) for value in found.stdout.split())
     bound = (64 << 20) + (4 << 20)  # 64 MiB plus the largest tensor (1024 x 1024 F32)
-    if how == "save":
+    if how != "dict":
         assert traced < bound, traced >> 20
         assert anonymous < bound, anonymous >> 20
     else:  # the bound is a real one: the whole-model writer passes it
         assert traced > bound, traced >> 20
+
+
+def _gguf_source(path: Path) -> None:
+    rng = np.random.default_rng(2)
+    st.save_gguf(
+        str(path),
+        {
+            "blk.0.attn.weight": st.Tensor.from_numpy(rng.standard_normal((4, 64), np.float32)),
+            "blk.0.norm": st.Tensor.from_numpy(rng.standard_normal(64).astype(np.float16)),
+        },
+        types="Q8_0",
+    )
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "gguf", "npy", "merged"])
+def test_save_safetensors_of_a_checkpoint_streams_the_bytes_of_its_tensors(
+    tmp_path: Path, kind: str
+) -> None:
+    """Given a Checkpoint, ``st.save_safetensors`` writes what it writes for a dict of the
+    same tensors (metadata only as given), now one tensor at a time."""
+    from strided.io import save_safetensors as whole
+
+    if kind == "gguf":
+        source = str(tmp_path / "src.gguf")
+        _gguf_source(tmp_path / "src.gguf")
+    elif kind == "npy":
+        source = str(tmp_path / "src.npy")
+        np.save(source, np.asfortranarray(np.arange(12.0).reshape(3, 4)))
+    else:
+        source = str(tmp_path / "src.safetensors")
+        _source(tmp_path / "src.safetensors")
+    metadata = {"b": "2", "a": "1"}
+    if kind == "merged":
+        base, adapter = _adapter(tmp_path, 2, 16)
+        opened: st.Checkpoint = st.merge_lora(str(base), str(adapter))
+    else:
+        opened = st.open_checkpoint(source)
+    with opened as checkpoint:
+        for given in (None, metadata):
+            streamed, held = tmp_path / "streamed.safetensors", tmp_path / "held.safetensors"
+            st.save_safetensors(streamed, checkpoint, given)
+            whole(str(held), {name: checkpoint[name] for name in checkpoint}, given)
+            assert streamed.read_bytes() == held.read_bytes()
+            loaded = safetensors.numpy.load_file(str(streamed))
+            assert sorted(loaded) == sorted(checkpoint)

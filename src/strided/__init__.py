@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         open_gguf,
         open_safetensors,
         save_npy,
-        save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._diff_job import diff
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
     from .jobs._hash import HashReport, TensorDigest
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
     from .jobs._pickle_scan import ScannedFile, ScanReport, scan
-    from .jobs._save import SaveReport, save
+    from .jobs._save import SaveReport, save, save_safetensors
     from .jobs._set_metadata_job import SetMetadataReport, set_metadata
     from .jobs._verify import ManifestCheck, TensorCheck, VerifyReport
 
@@ -169,7 +168,7 @@ _HOMES = {
     "open_gguf": ".io",
     "open_safetensors": ".io",
     "save_npy": ".io",
-    "save_safetensors": ".io",
+    "save_safetensors": ".jobs._save",
 }
 
 

@@ -246,7 +246,7 @@ def write_safetensors(
     checkpoint: Checkpoint,
     path: str,
     items: Sequence[Item],
-    metadata: Mapping[str, str],
+    metadata: Mapping[str, str] | None,
     destination: str,
     max_shard_size: int | None,
     runner: Runner,
@@ -255,7 +255,8 @@ def write_safetensors(
 ) -> list[str]:
     """Write ``items`` of ``checkpoint`` (opened by workers at ``path``) to ``destination``.
 
-    Without ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
+    ``metadata`` None (or empty) writes no ``__metadata__``. Without
+    ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
     Face layout (one ``model.safetensors`` when everything fits one shard). Atomic:
     nothing appears at ``destination`` unless everything was written, and a failure
     leaves nothing behind. ``destination`` must not exist (an empty folder counts as

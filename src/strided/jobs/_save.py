@@ -32,6 +32,8 @@ from ..io._http import is_url
 from ..io._shards import parse_size, write_file
 from ..io.gguf_write import KeyValue
 from ..io.npy import npy_writer
+from ..io.safetensors import _checked_metadata
+from ..io.safetensors import save_safetensors as _save_tensors
 from ._checkpoint import Checkpoint, admit, open_checkpoint
 from ._export import Item, plan, text_metadata, write_safetensors
 from ._gguf_export import _in_memory, write_gguf
@@ -47,6 +49,7 @@ __all__ = [
     "compile_rename",
     "prepare",
     "save",
+    "save_safetensors",
     "select",
     "target_kind",
     "write",
@@ -509,3 +512,48 @@ def save(
         target, "safetensors" if kind == "folder" else kind, tuple(written), len(selected),
         computed, tuple(skipped),
     )  # fmt: skip
+
+
+@guard_function
+def save_safetensors(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, Tensor] | Checkpoint,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``tensors`` (name -> Tensor, or a ``Checkpoint``) and optional ``metadata``
+    strings as safetensors.
+
+    The file is the one the reference library writes for the same tensors (same header
+    order, 8-byte aligned header padded with spaces) and each tensor's logical row-major
+    bytes, so transposed, reversed and sliced views are saved as what they show. Names
+    must be non-empty strings other than ``__metadata__`` (FormatError); values must be
+    Tensors (DTypeError); metadata must map strings to strings (FormatError). The write
+    is atomic: a temporary file in the same folder is renamed onto ``path``, so on any
+    error ``path`` is left as it was.
+
+    Given a ``Checkpoint`` (a lazy merged one from ``merge_lora`` or ``merge_linear``
+    included), the same bytes are written one tensor, or one bounded chunk of one, at a
+    time, as ``save`` writes them: memory grows by at most 64 MiB plus the largest
+    tensor instead of holding every tensor. Only ``metadata`` is written, never the
+    checkpoint's own (``save`` copies that).
+    """
+    if not isinstance(tensors, Checkpoint) or (metadata is not None and not metadata):
+        _save_tensors(path, tensors, metadata)
+        return
+    text = _checked_metadata(metadata) if metadata is not None else None
+    names = list(tensors)
+    if isinstance(tensors, MergedCheckpoint):
+        items, source = merge_items(tensors, names, None, True)
+        shares = sources_of(tensors)
+    else:
+        items = plan(tensors, names, None, True)
+        source = f"<memory {id(tensors):x}>"
+        shares = [(source, tensors)]
+    target = os.fspath(path)
+    if not isinstance(target, str):
+        raise FormatError(f"save_safetensors: the path must be text, found {target!r:.80}")
+    try:
+        with sharing(*shares), Runner(1) as runner:
+            write_safetensors(tensors, source, items, text, target, None, runner, _ignore, True)
+    except JobError as error:
+        raise error.as_data_error() from None
