@@ -319,6 +319,25 @@ def test_a_merged_checkpoint_saves_as_merge_lora_writes(tmp_path: Path) -> None:
     assert np.array_equal(np.asarray(tensor.data).reshape(-1), quantized.reshape(-1))
 
 
+def test_merge_takes_rename_and_writes_what_save_writes(tmp_path: Path) -> None:
+    source = tmp_path / "src.safetensors"
+    _source(source)
+    out = tmp_path / "avg.safetensors"
+    status, _, err = _cli(
+        "merge", str(source), str(source), "--weights", "0.25,0.75", str(out),
+        "--rename", r"^model\.=", "--rename", r"layers\.(\d+)=h\1",
+    )  # fmt: skip
+    assert status == 0, err
+    with st.merge_linear([str(source), str(source)], ["0.25", "0.75"]) as merged:
+        rules = [(r"^model\.", ""), (r"layers\.(\d+)", r"h\1")]
+        st.save(tmp_path / "py.safetensors", merged, rename=rules)
+    assert out.read_bytes() == (tmp_path / "py.safetensors").read_bytes()
+    assert "h0.attn.weight" in safetensors.numpy.load_file(str(out))
+    status, _, err = _cli("merge", str(source), str(source), "--weights", "1,0", str(out),
+                          "--rename", "no-equals-sign", "--overwrite")  # fmt: skip
+    assert status == 2 and "REGEX=REPLACEMENT" in err
+
+
 def test_overwrite_and_formats_chosen_by_name(tmp_path: Path) -> None:
     tensors = {"w": st.tensor([[1.0, 2.0]], "F32")}
     out = tmp_path / "o.safetensors"

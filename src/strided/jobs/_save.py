@@ -443,7 +443,8 @@ def save(
         overwrite: replace an existing destination (a file by a file, a shard folder by
             a shard folder) once the new one is complete.
         lenient: open a PyTorch source whose globals strict mode refuses as inert
-            records (never imported or run).
+            records (never imported or run); pass it too when ``source`` is a
+            Checkpoint opened with ``lenient=True`` (worker processes reopen its file).
         skip_unreadable: write the readable tensors of a source holding members strided
             cannot read, listing the others in ``SaveReport.skipped``.
         allow_expanded: write views whose logical size is more than 2^20 times their
