@@ -180,6 +180,8 @@ def test_rename_collisions_and_bad_regexes_are_refused_with_nothing_written(
         st.save(tmp_path / "o.safetensors", str(source), rename=[(r".*weight$", "w")])
     with pytest.raises(st.FormatError, match=r"does not compile"):
         st.save(tmp_path / "o.safetensors", str(source), rename=[("(", "x")])
+    with pytest.raises(st.FormatError, match=r"becomes an empty name"):
+        st.save(tmp_path / "o.gguf", str(source), names="model.ids", rename=[(".*", "")])
     with pytest.raises(st.FormatError, match=r"invalid group reference|cannot replace"):
         st.save(tmp_path / "o.gguf", str(source), rename=[("model", r"\3")])
     status, out, err = _cli(

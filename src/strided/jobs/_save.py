@@ -153,8 +153,8 @@ def compile_rename(rename: Rename | None) -> list[tuple[re.Pattern[str], str]]:
 
 def renamed(names: Sequence[str], rules: Sequence[tuple[re.Pattern[str], str]]) -> list[str]:
     """Each name after every rule in order (``re.sub``: all matches, ``\\1``
-    back-references). FormatError when two names become one, or a replacement refers to
-    a group its regex lacks."""
+    back-references). FormatError when two names become one, a name becomes empty, or
+    a replacement refers to a group its regex lacks."""
     if not rules:
         return list(names)
     out: list[str] = []
@@ -168,6 +168,8 @@ def renamed(names: Sequence[str], rules: Sequence[tuple[re.Pattern[str], str]]) 
                 raise FormatError(
                     f"rename: {replacement[:80]!r} cannot replace {pattern.pattern[:80]!r}: {error}"
                 ) from None
+        if not new:
+            raise FormatError(f"rename: {name[:80]!r} becomes an empty name")
         if new in first:
             raise FormatError(
                 f"rename: {first[new][:80]!r} and {name[:80]!r} both become {new[:80]!r}"
