@@ -216,9 +216,9 @@ def prepare(
     globs GGUF output keeps in their float type; ``rename`` is applied to every name
     (collisions refused here); ``metadata`` replaces or adds keys; ``source_path``
     (the command line's ``where(SRC)``) is what workers open instead of the
-    checkpoint's own path. Raises the
-    DataErrors of planning (an unknown or non-float dtype, a type a tensor cannot
-    become, an expanded view, a rename collision); reads no tensor data.
+    checkpoint's own path. Raises the DataErrors of planning (an unknown or non-float
+    dtype, a type a tensor cannot become, an expanded view, a rename collision); reads
+    no tensor data.
     """
     rules = compile_rename(rename)
     outputs = renamed(names, rules)
@@ -231,7 +231,7 @@ def prepare(
         return SavePlan(kind, checkpoint, list(names), converted, "", [], 1, outputs)
     path, allowed = _source(checkpoint, lenient, jobs)
     if source_path is not None:
-        path = source_path
+        path, allowed = source_path, jobs
     shares = [(path, checkpoint)]
     if kind == "gguf":
         target = dtype.name if isinstance(dtype, DType) else dtype
