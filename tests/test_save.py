@@ -364,7 +364,12 @@ def test_overwrite_and_formats_chosen_by_name(tmp_path: Path) -> None:
         st.save(tmp_path / "q.safetensors", tensors, keep="*")
     with pytest.raises(st.FormatError, match="no tensor matches"):
         st.save(tmp_path / "q.safetensors", tensors, names="x*")
-    assert sorted(os.listdir(tmp_path)) == ["o.bin", "o.safetensors"]
+    two = {**tensors, "v": st.tensor([1], "I8")}
+    with pytest.raises(st.FormatError, match="holds one tensor; 2 tensors are selected"):
+        st.save(tmp_path / "two.npy", two)
+    st.save(tmp_path / "v.npy", two, names="v")
+    assert np.load(tmp_path / "v.npy").tolist() == [1]
+    assert sorted(os.listdir(tmp_path)) == ["o.bin", "o.safetensors", "v.npy"]
 
 
 def test_a_mapping_source_writes_what_convert_writes_of_the_same_tensors(tmp_path: Path) -> None:
