@@ -9,6 +9,8 @@ process samples the peak anonymous memory (``RssAnon``: heap, not pages of mappe
 of it and its workers every 2 ms:
 
 * strided: ``strided merge-lora BASE ADAPTER OUT`` (``--jobs 1`` and ``2``);
+* strided from Python: ``st.save(OUT, st.merge_lora(BASE, ADAPTER), jobs=N)``, the
+  command's own writer, which should cost what the command costs;
 * PEFT: the modules built on the meta device and loaded from the file
   (``load_state_dict(assign=True)``), ``PeftModel.from_pretrained``,
   ``merge_and_unload`` and ``safetensors.torch.save_file``, on CPU.
@@ -72,6 +74,16 @@ print(time.perf_counter() - start)
 sys.exit(status)
 """
 
+_SAVE = """
+import sys, time
+start = time.perf_counter()
+import strided as st
+base, adapter, out, jobs = sys.argv[1:5]
+with st.merge_lora(base, adapter) as merged:
+    st.save(out, merged, jobs=int(jobs))
+print(time.perf_counter() - start)
+"""
+
 
 def _base(folder: str) -> tuple[str, str]:
     """The base file and the adapter folder, written once."""
@@ -121,6 +133,9 @@ def rows() -> Iterator[Row]:
             command = [sys.executable, "-c", _STRIDED, "merge-lora", base, adapter, out]
             results[f"strided merge-lora, {jobs} job(s)"] = _run([*command, "--jobs", jobs])
             os.remove(out)
+            command = [sys.executable, "-c", _SAVE, base, adapter, out, jobs]
+            results[f"st.save(merge_lora(...)), {jobs} job(s)"] = _run(command)
+            os.remove(out)
         if optional("peft") is not None:
             reference = os.path.join(folder, "peft.safetensors")
             command = [sys.executable, "-c", _PEFT, base, adapter, reference]
@@ -134,7 +149,7 @@ def rows() -> Iterator[Row]:
         )
         for label, (seconds, cpu, peak) in results.items():
             print(
-                f"  {label:<36} {seconds:7.2f} s (CPU {cpu:6.2f} s)  peak {peak / _MIB:5.0f} MiB",
+                f"  {label:<38} {seconds:7.2f} s (CPU {cpu:6.2f} s)  peak {peak / _MIB:5.0f} MiB",
                 flush=True,
             )
         shutil.rmtree(folder, ignore_errors=True)

@@ -37,6 +37,8 @@ PROMISED = [
     "verify",
     "HashReport",
     "VerifyReport",
+    "save",
+    "SaveReport",
 ]
 
 

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         open_gguf,
         open_safetensors,
         save_npy,
-        save_safetensors,
     )
     from .jobs._checkpoint import Checkpoint, PickleImport, TensorInfo, open_checkpoint
     from .jobs._diff_job import diff
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from .jobs._hash import HashReport, TensorDigest
     from .jobs._merge import MergedCheckpoint, merge_linear, merge_lora
     from .jobs._pickle_scan import ScannedFile, ScanReport, scan
+    from .jobs._save import SaveReport, save, save_safetensors
     from .jobs._set_metadata_job import SetMetadataReport, set_metadata
     from .jobs._verify import ManifestCheck, TensorCheck, VerifyReport
 
@@ -77,6 +77,7 @@ __all__ = [
     "PickleImport",
     "RangeError",
     "SafetensorsFile",
+    "SaveReport",
     "Scalar",
     "ScanReport",
     "ScannedFile",
@@ -100,6 +101,7 @@ __all__ = [
     "open_checkpoint",
     "open_gguf",
     "open_safetensors",
+    "save",
     "save_gguf",
     "save_npy",
     "save_safetensors",
@@ -136,6 +138,8 @@ _HOMES = {
     "ScanReport": ".jobs._pickle_scan",
     "ScannedFile": ".jobs._pickle_scan",
     "scan": ".jobs._pickle_scan",
+    "SaveReport": ".jobs._save",
+    "save": ".jobs._save",
     "DType": "._core.scalar",  # DType.min/max return Scalars: bound there
     "DataError": "._core.errors",
     "DivisionError": "._core.errors",
@@ -164,7 +168,7 @@ _HOMES = {
     "open_gguf": ".io",
     "open_safetensors": ".io",
     "save_npy": ".io",
-    "save_safetensors": ".io",
+    "save_safetensors": ".jobs._save",
 }
 
 

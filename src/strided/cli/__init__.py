@@ -25,7 +25,7 @@ from .._core.errors import DataError
 from .._core.limits import MAX_INSPECTION_SAMPLES, MAX_JOBS
 from .._core.version import VERSION
 from ._commands import add_scan, add_set_metadata, add_skip_unreadable, add_verify_and_hash
-from ._merge_args import COMMANDS, add_merges
+from ._merge_args import COMMANDS, add_merges, add_rename
 from ._text import job_error, one_line, with_path
 
 if TYPE_CHECKING:
@@ -366,6 +366,7 @@ def _add_convert(commands: _Commands) -> None:
         action="store_true",
         help="replace an existing DST (a file by a file, a shard folder by a shard folder)",
     )
+    add_rename(convert)
     add_skip_unreadable(convert, "the readable tensors are written")
     _add_jobs(convert)
     _add_expanded(convert)

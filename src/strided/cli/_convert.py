@@ -7,17 +7,12 @@ import argparse
 import fnmatch
 import os
 import sys
-from typing import IO
 
 from .._core.errors import DataError
-from .._tensor.tensor import Tensor
-from ..io._shards import TargetExists, write_file
-from ..io.npy import npy_writer
-from ..jobs._checkpoint import Checkpoint, admit, open_checkpoint
-from ..jobs._export import plan, text_metadata, write_safetensors
-from ..jobs._gguf_export import write_gguf
-from ..jobs._gguf_plan import gguf_key_values, plan_gguf
-from ..jobs._pool import Runner, sharing, where
+from ..io._shards import TargetExists
+from ..jobs._checkpoint import Checkpoint, open_checkpoint
+from ..jobs._pool import where
+from ..jobs._save import TensorReadError, prepare, write
 from ._progress import Progress
 from ._text import one_line, safe, tensor_error, with_path
 from ._verify import CommandFailure, count_of, skipped_members
@@ -92,56 +87,48 @@ def run_convert(args: argparse.Namespace) -> int:
 def _write_safetensors(
     args: argparse.Namespace, checkpoint: Checkpoint, names: list[str]
 ) -> list[str]:
+    kind = "safetensors" if args.max_shard_size is None else "folder"
     try:
-        items = plan(checkpoint, names, args.dtype, args.allow_expanded)
-        metadata = text_metadata(checkpoint)
+        job = prepare(
+                checkpoint, kind, names, dtype=args.dtype, rename=args.rename,
+                allow_expanded=args.allow_expanded, lenient=args.lenient, jobs=args.jobs,
+                source_path=where(args.path, args.lenient),
+            )  # fmt: skip
     except DataError as error:
         raise CommandFailure(with_path(args.path, error)) from None
-    total = sum(item.planned.byte_len for item in items)
-    path = where(args.path, args.lenient)
-    with (
-        sharing((path, checkpoint)),
-        Runner(args.jobs) as runner,
-        Progress(total, "convert") as progress,
-    ):
-        try:
-            return write_safetensors(
-                    checkpoint, path, items, metadata, args.dst, args.max_shard_size, runner,
-                    progress.update, args.overwrite,
-                )  # fmt: skip
-        except OSError as error:
-            raise CommandFailure(destination_error(args.dst, error)) from None
+    try:
+        return write(
+                job, args.dst, max_shard_size=args.max_shard_size, overwrite=args.overwrite,
+                meter=Progress, label="convert",
+            )  # fmt: skip
+    except OSError as error:
+        raise CommandFailure(destination_error(args.dst, error)) from None
 
 
 def _write_gguf(args: argparse.Namespace, checkpoint: Checkpoint, names: list[str]) -> list[str]:
     """GGUF: types by llama.cpp's rules, key/values in order, split parts with a size."""
-    target = args.dtype if args.dtype is None or isinstance(args.dtype, str) else args.dtype.name
     try:
-        items = plan_gguf(checkpoint, names, target, args.keep, args.allow_expanded)
-        kvs = gguf_key_values(checkpoint, None, target)
+        job = prepare(
+                checkpoint, "gguf", names, dtype=args.dtype, keep=args.keep, rename=args.rename,
+                allow_expanded=args.allow_expanded, lenient=args.lenient, jobs=args.jobs,
+                source_path=where(args.path, args.lenient),
+            )  # fmt: skip
     except DataError as error:
         raise CommandFailure(with_path(args.path, error)) from None
-    total = sum(item.byte_len for item in items)
-    path = where(args.path, args.lenient)
-    with (
-        sharing((path, checkpoint)),
-        Runner(args.jobs) as runner,
-        Progress(total, "convert") as progress,
-    ):
-        try:
-            written = write_gguf(
-                    checkpoint, path, items, kvs, args.dst, args.max_shard_size, runner,
-                    progress.update, args.overwrite,
-                )  # fmt: skip
-        except OSError as error:
-            # A split part in the way is named itself.
-            named = error.filename if isinstance(error.filename, str) else args.dst
-            if os.path.abspath(named) == os.path.abspath(args.dst):
-                named = args.dst
-            raise CommandFailure(destination_error(named, error)) from None
-        except DataError as error:
-            raise CommandFailure(with_path(args.dst, error)) from None
-    if not any(kv.key == ARCHITECTURE_KEY for kv in kvs):
+    try:
+        written = write(
+                job, args.dst, max_shard_size=args.max_shard_size, overwrite=args.overwrite,
+                meter=Progress, label="convert",
+            )  # fmt: skip
+    except OSError as error:
+        # A split part in the way is named itself.
+        named = error.filename if isinstance(error.filename, str) else args.dst
+        if os.path.abspath(named) == os.path.abspath(args.dst):
+            named = args.dst
+        raise CommandFailure(destination_error(named, error)) from None
+    except DataError as error:
+        raise CommandFailure(with_path(args.dst, error)) from None
+    if not any(kv.key == ARCHITECTURE_KEY for kv in job.metadata):
         # The file is valid GGUF, but llama.cpp picks its model code by this key (and then
         # needs the model's own tensor names, hyper-parameters and tokenizer).
         print(
@@ -177,32 +164,21 @@ def destination_error(dst: str, error: OSError) -> str:
 def _write_one(
     args: argparse.Namespace, checkpoint: Checkpoint, names: list[str], kind: str
 ) -> None:
-    """The one selected tensor as ``.npy`` or JSON. The temporary file exists from the
-    start, so the tensor is read and converted while a kill would still sweep it."""
+    """The one selected tensor as ``.npy`` or JSON (``jobs._save.write``)."""
     if len(names) != 1:
         raise CommandFailure(
             f"{safe(args.dst)}: .{kind} holds one tensor; {len(names)} tensors are selected "
             "(pick one with --name)"
         )
-    (name,) = names
-
-    def write(handle: IO[bytes]) -> None:
-        try:
-            admit(checkpoint, [name], args.allow_expanded)
-            tensor: Tensor = checkpoint[name]
-            if args.dtype is not None and tensor.dtype.is_float:
-                tensor = tensor.convert(args.dtype)
-        except (DataError, OSError) as error:
-            raise CommandFailure(tensor_error(args.path, name, error)) from None
-        try:
-            if kind == "npy":
-                npy_writer(tensor)(handle)
-            else:
-                handle.write(tensor.to_json().encode())
-        except DataError as error:
-            raise CommandFailure(with_path(args.dst, error)) from None
-
     try:
-        write_file(args.dst, write, args.overwrite)
+        job = prepare(checkpoint, kind, names, dtype=args.dtype, rename=args.rename)
+    except DataError as error:
+        raise CommandFailure(with_path(args.path, error)) from None
+    try:
+        write(job, args.dst, overwrite=args.overwrite, allow_expanded=args.allow_expanded)
+    except TensorReadError as error:
+        raise CommandFailure(tensor_error(args.path, error.name, error.error)) from None
+    except DataError as error:
+        raise CommandFailure(with_path(args.dst, error)) from None
     except OSError as error:
         raise CommandFailure(destination_error(args.dst, error)) from None

@@ -13,9 +13,8 @@ import sys
 from .._core.dtype import DType
 from .._core.errors import DataError
 from ..jobs._checkpoint import Checkpoint
-from ..jobs._export import text_metadata, write_safetensors
-from ..jobs._merge import merge_items, merge_linear, merge_lora, sources_of
-from ..jobs._pool import Runner, sharing
+from ..jobs._merge import merge_linear, merge_lora
+from ..jobs._save import prepare, write
 from ._convert import destination_error
 from ._progress import Progress
 from ._text import one_line, safe
@@ -96,26 +95,22 @@ def _check_destination(dst: str, shard_size: int | None) -> None:
 def _write(args: argparse.Namespace, merged: Checkpoint) -> int:
     """Write every tensor of ``merged`` to ``args.dst``; returns how many were computed."""
     dtype = DType[args.dtype] if args.dtype is not None else None
-    names = list(merged)
+    kind = "safetensors" if args.max_shard_size is None else "folder"
     try:
-        items, path = merge_items(merged, names, dtype, args.allow_expanded)
-        metadata = text_metadata(merged)
+        job = prepare(
+                merged, kind, list(merged), dtype=dtype, rename=args.rename,
+                allow_expanded=args.allow_expanded, jobs=args.jobs,
+            )  # fmt: skip
     except DataError as error:
         raise CommandFailure(_line([args.path], error)) from None
-    total = sum(item.planned.byte_len for item in items)
-    with (
-        sharing(*sources_of(merged)),
-        Runner(args.jobs) as runner,
-        Progress(total, "merge") as progress,
-    ):
-        try:
-            write_safetensors(
-                merged, path, items, metadata, args.dst, args.max_shard_size, runner,
-                progress.update, args.overwrite,
+    try:
+        write(
+                job, args.dst, max_shard_size=args.max_shard_size, overwrite=args.overwrite,
+                meter=Progress, label="merge",
             )  # fmt: skip
-        except OSError as error:
-            raise CommandFailure(destination_error(args.dst, error)) from None
-    return sum(1 for item in items if item.mode == "computed")
+    except OSError as error:
+        raise CommandFailure(destination_error(args.dst, error)) from None
+    return sum(1 for item in job.items if item.mode == "computed")
 
 
 def _line(paths: list[str], error: DataError) -> str:

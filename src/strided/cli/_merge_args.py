@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COMMANDS", "add_merges"]
+__all__ = ["COMMANDS", "add_merges", "add_rename", "rename_rule"]
 
 COMMANDS = ("merge-lora", "merge")
 _DTYPES = ("F16", "BF16", "F32", "F64")
@@ -94,7 +95,8 @@ def add_merges(
     linear.__class__ = _Intermixed  # OUT may follow --weights
     linear.usage = (
         "strided merge [-h] A B [C ...] --weights W1,W2[,...] OUT [--dtype D]\n"
-        "               [--max-shard-size SIZE] [--overwrite] [--jobs N] [--lenient]"
+        "               [--max-shard-size SIZE] [--overwrite] [--rename REGEX=REPLACEMENT]\n"
+        "               [--jobs N] [--lenient]"
     )
 
 
@@ -142,8 +144,41 @@ def _common(
         action="store_true",
         help="replace an existing OUT (a file by a file, a shard folder by a shard folder)",
     )
+    add_rename(command)
     add_jobs(command)
     add_expanded(command)
+
+
+def add_rename(command: argparse.ArgumentParser) -> None:
+    """``--rename 'REGEX=REPLACEMENT'``, repeatable, applied in order to every name."""
+    command.add_argument(
+        "--rename",
+        action="append",
+        type=rename_rule,
+        default=[],
+        metavar="REGEX=REPLACEMENT",
+        help="rename tensors: re.sub(REGEX, REPLACEMENT, name), rules applied in order "
+        "(repeatable; a literal = in REGEX is written \\=)",
+    )
+
+
+def rename_rule(text: str) -> tuple[str, str]:
+    """``REGEX=REPLACEMENT`` split at the first ``=`` not written ``\\=`` (which stands for
+    ``=`` in REGEX); the regex must compile."""
+    index = 0
+    while True:
+        index = text.find("=", index)
+        if index < 0:
+            raise argparse.ArgumentTypeError(f"expected REGEX=REPLACEMENT, found {text!r}")
+        if index == 0 or text[index - 1] != "\\":
+            break
+        index += 1
+    pattern, replacement = text[:index].replace("\\=", "="), text[index + 1 :]
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"regex {pattern!r} does not compile: {error}") from None
+    return pattern, replacement
 
 
 def _scale(text: str) -> float:

@@ -68,12 +68,19 @@ Task = tuple[Callable[[Any], "np.ndarray[Any, Any]"], Any, int]
 
 class Item(NamedTuple):
     """One tensor to write: what it becomes and how (``copy``, ``raw``, ``convert``, or
-    ``computed`` by its ``tasks``)."""
+    ``computed`` by its ``tasks``). ``source`` is the name it is read under when the
+    output renames it (empty: ``planned.name``)."""
 
     planned: Planned
     mode: str
     target: DType | None
     tasks: tuple[Task, ...] = ()
+    source: str = ""
+
+    @property
+    def read_name(self) -> str:
+        """The name the tensor has in the checkpoint it is read from."""
+        return self.source or self.planned.name
 
 
 def plan(
@@ -204,7 +211,7 @@ class _Writer:
                 numel = item.planned.shape.numel
                 for start in range(0, numel, step):
                     stop = min(start + step, numel)
-                    task = (self.path, item.planned.name, start, stop, item.target.name)
+                    task = (self.path, item.read_name, start, stop, item.target.name)
                     conversions.append((convert_task, task))
                     places.append((output, offset + start * item.target.itemsize))
             else:
@@ -216,7 +223,7 @@ class _Writer:
             self._advance(data.size)
 
     def _copy(self, output: OutputFile, offset: int, item: Item) -> None:
-        name = item.planned.name
+        name = item.read_name
         try:
             # safetensors and GGUF store the very bytes written: streamed as stored.
             parts = self.checkpoint._chunks(name)
@@ -239,7 +246,7 @@ def write_safetensors(
     checkpoint: Checkpoint,
     path: str,
     items: Sequence[Item],
-    metadata: Mapping[str, str],
+    metadata: Mapping[str, str] | None,
     destination: str,
     max_shard_size: int | None,
     runner: Runner,
@@ -248,7 +255,8 @@ def write_safetensors(
 ) -> list[str]:
     """Write ``items`` of ``checkpoint`` (opened by workers at ``path``) to ``destination``.
 
-    Without ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
+    ``metadata`` None (or empty) writes no ``__metadata__``. Without
+    ``max_shard_size``: one safetensors file. With it: a folder in the Hugging
     Face layout (one ``model.safetensors`` when everything fits one shard). Atomic:
     nothing appears at ``destination`` unless everything was written, and a failure
     leaves nothing behind. ``destination`` must not exist (an empty folder counts as

@@ -260,7 +260,7 @@ def _fill(
     tasks: list[GGUFTask] = []
     places: list[tuple[OutputFile, int]] = []
     for output, offset, item in jobs:
-        name, out = item.spec.name, item.spec.type
+        name, out = item.read_name, item.spec.type
         if item.mode == "copy":
             try:
                 for piece in _copied(checkpoint, name):

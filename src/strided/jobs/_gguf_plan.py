@@ -57,11 +57,19 @@ _PLAIN_FLOATS = ("F32", "F16", "BF16", "F64")
 
 class GGUFItem(NamedTuple):
     """One tensor to write and how: ``copy`` its stored bytes, ``convert`` its values to
-    a plain ggml type, or ``quantize`` its values as float32 rows into blocks."""
+    a plain ggml type, or ``quantize`` its values as float32 rows into blocks.
+    ``source`` is the name it is read under when the output renames it (empty:
+    ``spec.name``)."""
 
     spec: TensorSpec
     mode: str
     byte_len: int
+    source: str = ""
+
+    @property
+    def read_name(self) -> str:
+        """The name the tensor has in the checkpoint it is read from."""
+        return self.source or self.spec.name
 
 
 def plan_gguf(
