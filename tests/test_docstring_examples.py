@@ -19,6 +19,12 @@ EXAMPLES: list[tuple[str, Callable[..., Any] | type]] = [
     ("Checkpoint", st.Checkpoint),
     ("Tensor.astype", st.Tensor.astype),
     ("scan", st.scan),
+    ("merge_lora", st.merge_lora),
+    ("save", st.save),
+    ("hash", st.hash),
+    ("verify", st.verify),
+    ("diff", st.diff),
+    ("set_metadata", st.set_metadata),
 ]
 
 

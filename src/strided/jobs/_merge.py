@@ -173,11 +173,27 @@ def merge_lora(
     exception), naming the tensor and the element. OSError for paths that cannot be
     opened. ``scale`` must be a finite float.
 
-    Example::
+    Example (a rank-1 adapter written by hand; PEFT writes the same two files):
+        >>> import json, os, tempfile, numpy as np, strided as st
+        >>> folder = tempfile.mkdtemp()
+        >>> base = os.path.join(folder, "base.safetensors")
+        >>> eye = st.Tensor.from_numpy(np.eye(2, dtype=np.float32))
+        >>> st.save_safetensors(base, {"layer.weight": eye})
+        >>> adapter = os.path.join(folder, "adapter")
+        >>> os.mkdir(adapter)
+        >>> with open(os.path.join(adapter, "adapter_config.json"), "w") as file:
+        ...     json.dump({"peft_type": "LORA", "r": 1, "lora_alpha": 2}, file)
+        >>> st.save_safetensors(os.path.join(adapter, "adapter_model.safetensors"), {
+        ...     "base_model.model.layer.lora_A.weight": st.tensor([[1.0, 0.0]], st.DType.F32),
+        ...     "base_model.model.layer.lora_B.weight": st.tensor([[0.5], [0.25]], st.DType.F32),
+        ... })
+        >>> with st.merge_lora(base, adapter) as merged:  # W + (2 / 1) * B @ A, exactly
+        ...     print(merged.format, merged.layouts, merged["layer.weight"].to_json())
+        merged {'layer': 'Linear'} {"dtype":"F32","shape":[2,2],"data":["2.0","0.0","0.5","1.0"]}
 
-        merged = st.merge_lora("gpt2.safetensors", "adapter/", fan_in_fan_out=["*.c_*"])
-        merged.layouts  # {'h.0.attn.c_proj': 'Conv1D', ...}
-        weight = merged["h.0.attn.c_attn.weight"]  # computed now
+    A GPT-2 adapter needs no option (its square ``attn.c_proj`` follows ``c_attn``);
+    ``st.merge_lora("gpt2/", "adapter/", fan_in_fan_out=["*.c_*"])`` states the layout
+    where the shapes cannot tell it.
 
     ``lenient=True`` opens a base path leniently (a whole pickled model gives its
     ``state_dict()`` tensors; nothing in it is run) and has worker processes reopen it
