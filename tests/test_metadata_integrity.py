@@ -26,6 +26,7 @@ from hypothesis import strategies as hs
 import strided as st
 from strided.cli import main
 from strided.jobs._metadata_text import canonical, metadata_digest
+from tests.gguf_oracle import read_kvs
 
 Entry = tuple[str, Any, T, T | None]
 
@@ -379,7 +380,10 @@ def test_gguf_to_safetensors_keeps_every_key(
     assert status == 0
     with safetensors.safe_open(str(out), "np") as reference:
         written = reference.metadata()
+    types = json.loads(written.pop("__gguf_types__"))  # the record a GGUF output restores
     assert written == {**expected_texts(every_type()), "format": "pt"}
+    assert types == {key: kind for key, kind, _ in read_kvs(aligned) if key in written
+                     and kind != "STRING"}  # fmt: skip
     assert json.loads(written["tokenizer.ggml.tokens"]) == VOCAB
     assert json.loads(written["tokenizer.ggml.scores"]) == [f32_text(x) for x in SCORES]
     # Source and output: equal metadata digests, and diff compares and matches it.

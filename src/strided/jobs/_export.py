@@ -20,6 +20,7 @@ split, order, or the number of workers.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -47,7 +48,7 @@ from ..io._shards import (
     shard_name,
 )
 from ._checkpoint import admit, has_dtype
-from ._metadata_text import checkpoint_texts
+from ._metadata_text import GGUF_TYPES_KEY, checkpoint_texts, gguf_types
 from ._pool import JobError, Runner, loaded, opened
 from ._values import Source
 
@@ -130,11 +131,23 @@ def text_metadata(checkpoint: Checkpoint) -> dict[str, str]:
     digest and ``diff`` find the source and the output equal. ``general.alignment`` and
     ``split.*`` describe the source file's layout and are not copied; ``format`` is
     kept when the source has a text one and is ``pt`` otherwise, as Hugging Face
-    loaders require it.
+    loaders require it. From a GGUF source, ``__gguf_types__`` records (as a compact
+    JSON object, keys sorted) the GGUF type of every key that is not a plain STRING, so a
+    GGUF written from the output restores each key's type and value; a safetensors
+    source's own ``__gguf_types__`` is kept.
     """
     text = checkpoint_texts(checkpoint)
     source_format = checkpoint._metadata.get("format")
     text["format"] = source_format if type(source_format) is str else "pt"
+    types = gguf_types(checkpoint)
+    if types is not None:
+        kept = {key: kind for key, kind in types.items() if key in text and kind != "STRING"}
+        if kept:
+            text[GGUF_TYPES_KEY] = json.dumps(
+                kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            )
+    elif type(checkpoint._metadata.get(GGUF_TYPES_KEY)) is str:
+        text[GGUF_TYPES_KEY] = checkpoint._metadata[GGUF_TYPES_KEY]  # kept for a GGUF output
     return text
 
 

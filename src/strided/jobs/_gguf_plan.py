@@ -42,7 +42,8 @@ from ..io.gguf_write import (
     value_type,
 )
 from ._checkpoint import admit, has_dtype
-from ._metadata_text import checkpoint_texts, gguf_types
+from ._gguf_text import restored_types, typed_key_values
+from ._metadata_text import GGUF_TYPES_KEY, checkpoint_texts, gguf_types
 
 if TYPE_CHECKING:
     from ._checkpoint import Checkpoint
@@ -176,7 +177,9 @@ def gguf_key_values(
     """The key/values of a GGUF output, in order.
 
     ``metadata`` None: the checkpoint's own (a GGUF source's with their types; other
-    formats' as string keys of their canonical text). A ``metadata`` mapping replaces
+    formats' as string keys of their canonical text, except the keys a
+    ``__gguf_types__`` record names, which take the GGUF type it gives: so GGUF ->
+    safetensors -> GGUF restores every key's type and value). A ``metadata`` mapping replaces
     them: each value typed by ``value_type``, except that a key the GGUF source has
     keeps the source's type. ``split.*`` and ``general.alignment`` of a source are
     dropped (``general.alignment`` given in ``metadata`` is kept: the writer pads by
@@ -188,7 +191,11 @@ def gguf_key_values(
             values = checkpoint._metadata
             kvs = [KeyValue(k, types[k], values[k]) for k in values if not _layout_key(k)]
         else:
-            kvs = [KeyValue(k, "STRING", v) for k, v in checkpoint_texts(checkpoint).items()]
+            # A file written from a GGUF one records its keys' types: restore them.
+            record = checkpoint._metadata.get(GGUF_TYPES_KEY)
+            recorded = {} if record is None else restored_types(record, checkpoint.path)
+            texts = checkpoint_texts(checkpoint)
+            kvs = [KeyValue(*found) for found in typed_key_values(texts, recorded, checkpoint.path)]
     else:
         kvs = []
         for key, value in metadata.items():

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ._checkpoint import Checkpoint
 
 __all__ = [
+    "GGUF_TYPES_KEY",
     "canonical",
     "canonical_metadata",
     "checkpoint_texts",
@@ -59,7 +60,10 @@ __all__ = [
     "type_text",
 ]
 
-_LEFT_OUT = frozenset({"format", "general.alignment"})
+# The GGUF types of a GGUF source's keys, written beside their texts by ``convert`` to
+# safetensors so a later GGUF output restores them: a record of the file, not the model.
+GGUF_TYPES_KEY = "__gguf_types__"
+_LEFT_OUT = frozenset({"format", "general.alignment", GGUF_TYPES_KEY})
 _TRUE_FALSE = ("false", "true")
 
 

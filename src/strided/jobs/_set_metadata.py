@@ -29,13 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, NamedTuple
 
 from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_METADATA_INTEGER_DIGITS
 from .._core.shape import Shape
 from ..io._common import file_size, label, map_file, open_regular
 from ..io._detect import HEAD_BYTES, detect
@@ -44,6 +42,7 @@ from ..io._shards import write_file
 from ..io.gguf import _Reader, parse_gguf
 from ..io.gguf_write import TensorSpec, alignment_of, encode_kv, tensor_info
 from ._gguf_keys import known_types
+from ._gguf_text import parsed_text
 
 try:  # POSIX; elsewhere the identity check alone guards the rename
     import fcntl
@@ -67,9 +66,6 @@ TYPE_NAMES = {
     "bool": "BOOL",
     "str": "STRING",
 }
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-# A float's text: a decimal (exponent allowed) or one of the three non-finite spellings.
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|-inf")
 _COPY_BYTES = 1 << 24  # the data region is copied this much at a time
 
 
@@ -191,7 +187,7 @@ def _gguf_header(raw: Any, size: int, where: str, edit: Edit) -> tuple[bytes, in
                 "give it another)"
             )
         kind = kinds.get(key) or _new_kind(key, _is_array(given, edit), wanted, arch, where, edit)
-        value = given if edit.values else _parsed(given, kind, f"{where}: key {key[:80]!r}")
+        value = given if edit.values else parsed_text(given, kind, f"{where}: key {key[:80]!r}")
         values[key], kinds[key] = value, kind
     try:
         body = [encode_kv(key, kinds[key], value) for key, value in values.items()]
@@ -241,53 +237,6 @@ def _new_kind(
             f"{new_type} does not fit it"
         )
     return given or fitting[0]
-
-
-def _parsed(text: str, kind: str, where: str) -> Any:
-    """The value of type ``kind`` that ``text`` spells (JSON text for an array);
-    FormatError when it spells none (ranges are checked when it is encoded)."""
-    if kind == "STRING":
-        return text
-    if kind.startswith("ARRAY"):
-        try:
-            value = json.loads(text, parse_int=_json_integer)
-        except (ValueError, RecursionError):
-            raise FormatError(f"{where}: {kind} needs a JSON array, found {text[:40]!r}") from None
-        if type(value) is not list:
-            raise FormatError(f"{where}: {kind} needs a JSON array, found {text[:40]!r}")
-        return value
-    if kind == "BOOL":
-        if text not in ("true", "false"):
-            raise FormatError(f"{where}: BOOL needs true or false, found {text[:40]!r}")
-        return text == "true"
-    if kind.startswith("FLOAT"):
-        if not _FLOAT.fullmatch(text):
-            raise FormatError(
-                f"{where}: {kind} needs a decimal number, nan, inf or -inf, found {text[:40]!r}"
-            )
-        return float(text)
-    if not _INTEGER.fullmatch(text):
-        raise FormatError(f"{where}: {kind} needs an integer, found {text[:40]!r}")
-    return _integer(text, where)
-
-
-def _integer(text: str, where: str) -> int:
-    """A checked integer text as an int; FormatError past the digit cap (no GGUF integer
-    type holds more than 20 digits, and a long text must not cost a long conversion)."""
-    digits = len(text.lstrip("+-"))
-    if digits > MAX_METADATA_INTEGER_DIGITS:
-        raise FormatError(
-            f"{where}: an integer of {digits} digits (GGUF integers have at most "
-            f"{MAX_METADATA_INTEGER_DIGITS})"
-        )
-    return int(text)
-
-
-def _json_integer(text: str) -> int:
-    # json's hook for each integer of an array: the same cap (ValueError -> FormatError).
-    if len(text.lstrip("-")) > MAX_METADATA_INTEGER_DIGITS:
-        raise ValueError(f"an integer of more than {MAX_METADATA_INTEGER_DIGITS} digits")
-    return int(text)
 
 
 def _safetensors_header(file: IO[bytes], size: int, where: str, edit: Edit) -> tuple[bytes, int]:
