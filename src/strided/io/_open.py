@@ -68,7 +68,7 @@ def _open_zip(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Rea
     members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
     if is_torchscript(members):
         script = open_torchscript(where, copy, budget=budget, lenient=lenient)
-        return PyTorchReader(where, script, "pytorch")
+        return PyTorchReader(where, script, "torchscript")
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
         return _open_pickle(where, copy, budget, lenient)
     return NpzReader(where, open_npz(where, copy, budget=budget))

@@ -163,7 +163,7 @@ class DcpReader(PyTorchReader):
     source: DcpFile
 
     def __init__(self, path: str, source: DcpFile) -> None:
-        super().__init__(path, source, "pytorch")
+        super().__init__(path, source, "dcp")
 
     @property
     def unreadable(self) -> dict[str, str]:

@@ -122,7 +122,9 @@ class Checkpoint(Mapping[str, Tensor]):
     @property
     def format(self) -> str:
         """The source's format: ``"safetensors"``, ``"gguf"``, ``"npy"``, ``"npz"``,
-        ``"pytorch"``, ``"json"``, or ``"merged"`` (``merge_lora``/``merge_linear``)."""
+        ``"pytorch"`` (``torch.save`` files and their shards), ``"torchscript"``,
+        ``"dcp"`` (a distributed checkpoint), ``"json"``, or ``"merged"``
+        (``merge_lora``/``merge_linear``)."""
         return self._format
 
     @property
@@ -364,9 +366,10 @@ def open_checkpoint(
 
     safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
     ``.npy``, ``.npz``, PyTorch checkpoints (zip and legacy, read without running them;
-    also sharded through ``pytorch_model.bin.index.json``; a distributed checkpoint
-    folder of ``torch.distributed.checkpoint``, or its ``.metadata``, as one model whose
-    ``format`` is ``"pytorch"``) and strided JSON. Headers are
+    also sharded through ``pytorch_model.bin.index.json``), TorchScript archives
+    (``format`` ``"torchscript"``), a distributed checkpoint folder of
+    ``torch.distributed.checkpoint`` or its ``.metadata`` as one model (``format``
+    ``"dcp"``), and strided JSON. Headers are
     validated at once; tensor data is read only when a tensor is asked for. ``copy=True``
     makes every tensor a copy independent of the file. A path that cannot be opened
     raises the OSError unchanged; an unrecognized or malformed file is a FormatError
