@@ -452,7 +452,9 @@ class _Given(Reader):
 
     __slots__ = ("_infos", "_kind", "_source")
 
-    def __init__(self, path: str, kind: str, source: _Partial, infos: dict[str, TensorInfo]):
+    def __init__(
+        self, path: str, kind: str, source: _Partial, infos: dict[str, TensorInfo]
+    ) -> None:
         super().__init__(path)
         self._kind = kind
         self._source = source
