@@ -2,9 +2,11 @@
 
 The format is recognized from the file's first bytes, never from its name, by the one
 ordered table of ``strided.io._detect`` (GGUF, safetensors framing, zip, ``.npy``,
-pickle, JSON; a folder of shards). Each format's reader does the validation and charges
-what it builds to the open's one parse budget; this module only gives every format the
-same read-only ``Mapping[str, Tensor]`` face.
+pickle, JSON; a folder of shards), whose rows ``strided.io._open`` binds to openers for
+paths and URLs. Each format's reader does the validation, charges what it builds to the
+open's one parse budget and speaks the one ``Reader`` protocol (``strided.io._reader``);
+this module only gives that protocol the read-only ``Mapping[str, Tensor]`` face, the
+digests and the expansion check, and never asks which format it holds.
 """
 
 from __future__ import annotations
