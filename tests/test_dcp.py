@@ -87,7 +87,7 @@ def dotted(name: str, value: Any) -> dict[str, Any]:
 def same_as_reference(folder: Path) -> st.Checkpoint:
     tensors, values = reference(folder)
     checkpoint = st.open_checkpoint(folder)
-    assert checkpoint.format == "pytorch"
+    assert checkpoint.format == "dcp"
     assert sorted(checkpoint) == sorted(tensors)
     for name, expected in tensors.items():
         ours = checkpoint[name]
@@ -155,6 +155,25 @@ def test_imports_are_dcp_classes_judged_data_and_scan_passes(
     status, out = _out(capsys, "scan", str(two / ".metadata"))
     assert status == 0, out
     assert "torch.distributed.checkpoint.metadata.TensorStorageMetadata" in out
+
+
+def test_the_command_line_names_the_format_dcp(
+    two: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder and its ``.metadata`` are ``"dcp"`` (not ``"pytorch"``) in ``format``,
+    inspect's header and ``--json``, and scan's line and ``--json``."""
+    for path in (str(two), str(two / ".metadata")):
+        with st.open_checkpoint(path) as ckpt:
+            assert ckpt.format == "dcp"
+        capsys.readouterr()
+        status, out = _out(capsys, "inspect", path)
+        assert status == 0 and out.splitlines()[0] == f"{path} (dcp)"
+        status, out = _out(capsys, "inspect", "--json", path)
+        assert status == 0 and json.loads(out)["format"] == "dcp"
+        status, out = _out(capsys, "scan", path)
+        assert status == 0 and out.startswith(f"{path}: dcp, ")
+        status, out = _out(capsys, "scan", "--json", path)
+        assert status == 0 and [file["format"] for file in json.loads(out)["files"]] == ["dcp"]
 
 
 def test_digest_equals_the_same_model_saved_as_safetensors(two: Path, tmp_path: Path) -> None:

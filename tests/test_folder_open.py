@@ -60,7 +60,7 @@ def _torchscript(folder: Path) -> str:
     with warnings.catch_warnings():  # torch.jit.script is deprecated; its archives are real
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.script(Net()), str(folder / "model.pt"))
-    return "pytorch"
+    return "torchscript"
 
 
 def _npz(folder: Path) -> str:
@@ -102,12 +102,35 @@ def test_a_folder_with_one_checkpoint_opens_as_that_file(tmp_path: Path, fmt: st
 
 
 def test_a_torchscript_archive_alone_opens(tmp_path: Path) -> None:
-    assert _torchscript(tmp_path) == "pytorch"
+    assert _torchscript(tmp_path) == "torchscript"
     _beside(tmp_path)
     with st.open_checkpoint(tmp_path) as checkpoint:
+        assert checkpoint.format == "torchscript"
         assert sorted(checkpoint) == sorted(TORCHSCRIPT_NAMES)
         for name, source in TORCHSCRIPT_NAMES.items():
             assert checkpoint[name].numpy().tobytes() == ARRAYS[source].tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["torch-zip", "torch-legacy", "torchscript"])
+def test_the_command_line_names_the_format_the_checkpoint_names(
+    tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TorchScript archive is ``"torchscript"``, not ``"pytorch"``: in ``format``, in
+    inspect's header and ``--json``, and in scan's line and ``--json``."""
+    kind = _torchscript(tmp_path) if fmt == "torchscript" else WRITERS[fmt](tmp_path)
+    path = str(next(tmp_path.iterdir()))
+    with st.open_checkpoint(path) as checkpoint:
+        assert checkpoint.format == kind
+        assert repr(checkpoint) == f"Checkpoint({path!r}, format={kind!r}, 2 tensors)"
+    capsys.readouterr()
+    assert main(["inspect", path]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{path} ({kind})"
+    assert main(["inspect", "--json", path]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == kind
+    assert main(["scan", path]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: {kind}, ")
+    assert main(["scan", "--json", path]) == 0
+    assert [file["format"] for file in json.loads(capsys.readouterr().out)["files"]] == [kind]
 
 
 def test_pytorch_shards_open_through_their_one_index(tmp_path: Path) -> None:

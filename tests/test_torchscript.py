@@ -83,7 +83,7 @@ def strided_bytes(t: st.Tensor) -> bytes:
 
 def assert_matches(path: Path, expected: list[list[Any]]) -> None:
     with st.open_checkpoint(path) as ckpt:
-        assert ckpt.format == "pytorch"
+        assert ckpt.format == "torchscript"
         assert list(ckpt.keys()) == [name for name, *_ in expected]
         for name, dtype, shape, hexed in expected:
             tensor = ckpt[name]

@@ -122,7 +122,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(document), indent=1, allow_nan=False))
         return 0
     lines = [f"  {safe(key)}: {_table_value(value)}" for key, value in raw.items()]
-    if imports or kind == "pytorch":
+    if imports or kind in ("pytorch", "torchscript", "dcp"):  # the formats of pickles
         lines.insert(0, import_summary(imports))
     _print_table(args.path, kind, lines, rows, totals, unreadable)
     return 0

@@ -1,8 +1,10 @@
-"""Opening a local checkpoint with the reader ``_detect``'s table picks: one opener per
-row of the table, bound by the row's name (a zip is TorchScript, PyTorch or ``.npz`` by
-its members, JSON a shard index or a tensor document by its first key), and
-``open_detected``, the door's way in for local paths. Every opener takes ``(path, copy,
-budget, lenient)``; ``lenient`` matters only to the readers of pickles.
+"""Opening a checkpoint with the reader ``_detect``'s table picks: each row of the
+table is bound by its name to its openers, one for a local path and one for a URL (a
+zip is TorchScript, PyTorch or ``.npz`` by its members, JSON a shard index or a tensor
+document by its first key). ``open_detected`` is the door's way in for local paths,
+``open_url`` for http(s) URLs; both give a ``Reader`` (``_reader``). Every local opener
+takes ``(path, copy, budget, lenient)``; ``lenient`` matters only to the readers of
+pickles.
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .._core.errors import FormatError
 from .._core.limits import MAX_INDEX_BYTES
-from .._core.shape import Shape
 from .._kernels.strict_json import loads_strict
 from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
@@ -30,6 +31,9 @@ from ._detect import (
     matching,
 )
 from ._object_pickles import object_pickle_start, record_pickle
+from ._pickle_verdicts import judge_log
+from ._reader import Reader, TensorsReader
+from ._readers import DcpReader, GGUFReader, NpzReader, PyTorchReader, SafetensorsReader
 from ._zip import DEFLATED, STORED, read_zip
 from .dcp import open_dcp
 from .gguf import open_gguf
@@ -38,44 +42,39 @@ from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
 from .pytorch import open_pytorch
+from .remote import RemoteStorage, open_remote, remote_gguf, remote_safetensors
 from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
 from .torchscript import is_torchscript, open_torchscript
 
-__all__ = ["OPENERS", "Opened", "SingleReader", "open_detected"]
+__all__ = ["OPENERS", "Opener", "open_detected", "open_url"]
 
 _INDEX_KEYS = (b'"metadata"', b'"weight_map"')
 _TENSOR_KEYS = (b'"dtype"', b'"shape"', b'"data"')  # the keys of a strided tensor document
 _FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
 
 
-class Opened(NamedTuple):
-    """What an opener returns: the format's name for the door, and its reader."""
-
-    kind: str
-    reader: Any
-
-
-def _open_gguf(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+def _open_gguf(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     # The first part of a split model opens every part (``gguf_split``).
-    return Opened("gguf", open_split(open_gguf(where, copy=copy, budget=budget), copy, budget))
+    return GGUFReader(where, open_split(open_gguf(where, copy=copy, budget=budget), copy, budget))
 
 
-def _open_safetensors(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
-    return Opened("safetensors", SafetensorsFile(where, [_Shard(where, budget)], copy))
+def _open_safetensors(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
+    return SafetensorsReader(where, SafetensorsFile(where, [_Shard(where, budget)], copy))
 
 
-def _open_zip(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+def _open_zip(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     with open_regular(where) as file:
         raw = map_file(file, file_size(file), where)
     members = read_zip(raw, where, methods=frozenset({STORED, DEFLATED}))
     if is_torchscript(members):
-        return Opened("pytorch", open_torchscript(where, copy, budget=budget, lenient=lenient))
+        script = open_torchscript(where, copy, budget=budget, lenient=lenient)
+        return PyTorchReader(where, script, "torchscript")
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in members):
         return _open_pickle(where, copy, budget, lenient)
-    return Opened("npz", open_npz(where, copy, budget=budget))
+    return NpzReader(where, open_npz(where, copy, budget=budget))
 
 
-def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(NPY_HEAD_BYTES)
@@ -86,29 +85,31 @@ def _open_npy(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Ope
             raw = map_file(file, size, where)
             data = memoryview(raw[start:])  # type: ignore[arg-type]
             record_pickle(data, Path(where).name, f"{where}: pickle", budget)
-    return Opened("npy", SingleReader(Path(where).stem, load_npy(where, copy=copy)))
+    return TensorsReader(where, "npy", {Path(where).stem: load_npy(where, copy=copy)})
 
 
-def _open_pickle(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+def _open_pickle(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     with open_regular(where) as file:
         head = file.read(DCP_MAGIC_BYTES)
     if DCP_MAGIC in head:  # a distributed checkpoint's .metadata: its folder is the model
-        return Opened("pytorch", open_dcp(where, copy, budget=budget))
-    return Opened("pytorch", open_pytorch(where, copy, budget=budget, lenient=lenient))
+        return DcpReader(where, open_dcp(where, copy, budget=budget))
+    torch_file = open_pytorch(where, copy, budget=budget, lenient=lenient)
+    return PyTorchReader(where, torch_file, "pytorch")
 
 
-def _open_json(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Opened:
+def _open_json(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(_FIRST_KEY_BYTES)
         if not _is_index(head):
             # A strided tensor document: its parser bounds the work by the text's size.
             data = head + file.read()
-            return Opened("json", SingleReader(Path(where).stem, Tensor.from_json(data)))
+            return TensorsReader(where, "json", {Path(where).stem: Tensor.from_json(data)})
     check_index_size(size, where)  # at the file's size, before the index is read
     if _first_shard_format(where) == "pickle":
-        return Opened("pytorch", open_pytorch(where, copy, budget=budget, lenient=lenient))
-    return Opened("safetensors", SafetensorsFile(where, _index_shards(where, budget), copy))
+        torch_file = open_pytorch(where, copy, budget=budget, lenient=lenient)
+        return PyTorchReader(where, torch_file, "pytorch")
+    return SafetensorsReader(where, SafetensorsFile(where, _index_shards(where, budget), copy))
 
 
 def _is_index(head: bytes) -> bool:
@@ -139,18 +140,69 @@ def _first_shard_format(index: str) -> str:
     return "pickle" if found is not None and found.name in ("zip", "pickle") else "safetensors"
 
 
-# The opener of each row of ``_detect.FORMATS``, by the row's name.
-OPENERS: dict[str, Callable[[str, bool, ParseBudget, bool], Opened]] = {
-    "gguf": _open_gguf,
-    "safetensors": _open_safetensors,
-    "zip": _open_zip,
-    "npy": _open_npy,
-    "pickle": _open_pickle,
-    "json": _open_json,
+class Opener(NamedTuple):
+    """How one row of ``_detect.FORMATS`` is opened: ``local(path, copy, budget,
+    lenient)`` for a file, ``remote(storage)`` for a URL (None: the format is not
+    range-addressable, so it is not read over HTTP)."""
+
+    local: Callable[[str, bool, ParseBudget, bool], Reader]
+    remote: Callable[[RemoteStorage], Reader] | None
+
+
+def _remote_gguf(storage: RemoteStorage) -> Reader:
+    return GGUFReader(storage.url, remote_gguf(storage))
+
+
+def _remote_safetensors(storage: RemoteStorage) -> Reader:
+    return SafetensorsReader(storage.url, remote_safetensors(storage, False))
+
+
+def _remote_index(storage: RemoteStorage) -> Reader:
+    # Any JSON over HTTP is read as a shard index: its reader names anything that is not.
+    return SafetensorsReader(storage.url, remote_safetensors(storage, True))
+
+
+# The openers of each row of ``_detect.FORMATS``, by the row's name.
+OPENERS: dict[str, Opener] = {
+    "gguf": Opener(_open_gguf, _remote_gguf),
+    "safetensors": Opener(_open_safetensors, _remote_safetensors),
+    "zip": Opener(_open_zip, None),
+    "npy": Opener(_open_npy, None),
+    "pickle": Opener(_open_pickle, None),
+    "json": Opener(_open_json, _remote_index),
 }
 
 
-def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = False) -> Opened:
+def open_url(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Reader:
+    """Open an http(s) URL with the remote opener of the row the table picks for its
+    first bytes. FormatError for a format not read over HTTP; the connection is closed
+    when the open fails."""
+    storage = open_remote(url, token, timeout)
+    try:
+        head = storage.read(0, min(storage.size, HEAD_BYTES))
+        kind = detect(head, storage.size, url).name
+        remote = OPENERS[kind].remote
+        if remote is None:
+            raise FormatError(
+                f"{url}: over HTTP, strided reads safetensors files, safetensors shard "
+                f"indexes and GGUF files (this is {kind})"
+            )
+        return remote(storage)
+    except BaseException:
+        storage.close()
+        raise
+
+
+def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = False) -> Reader:
+    """Open a local file or folder with the reader the table picks for it (see
+    ``_detected``); the reader's ``imports`` are every global the open's pickles named,
+    judged, from whichever member they came (``.npz``/``.npy`` object arrays too)."""
+    reader = _detected(where, copy, budget, lenient)
+    reader.imports = judge_log(budget.imports)
+    return reader
+
+
+def _detected(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
     """Open a local file or folder with the reader the table picks for it.
 
     A folder holding ``.metadata`` is a distributed checkpoint, one holding the parts of
@@ -163,13 +215,13 @@ def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = F
     """
     if os.path.isdir(where):
         if os.path.isfile(os.path.join(where, DCP_METADATA)):
-            return Opened("pytorch", open_dcp(where, copy, budget=budget))
+            return DcpReader(where, open_dcp(where, copy, budget=budget))
         names = sorted(os.listdir(where))
         found = _checkpoint_files(where, names)
         indexes = [path for path, index in found.items() if index]
         if len(found) == 1 or len(indexes) == 1:
             # One file, or one shard index naming the rest (pytorch_model.bin.index.json).
-            return open_detected((indexes or list(found))[0], copy, budget, lenient)
+            return _detected((indexes or list(found))[0], copy, budget, lenient)
         if folder_format(names) == "gguf":
             return _open_gguf(folder_first_part(where), copy, budget, lenient)
         if found and not any(name.endswith(".safetensors") for name in names):
@@ -179,11 +231,11 @@ def open_detected(where: str, copy: bool, budget: ParseBudget, lenient: bool = F
                 f"{where}: the folder holds {len(found)} checkpoint files ({shown}{more}); "
                 "open one of them"
             )
-        return Opened("safetensors", open_safetensors(where, copy))
+        return SafetensorsReader(where, open_safetensors(where, copy))
     with open_regular(where) as file:
         size = file_size(file)
         head = file.read(HEAD_BYTES)
-    return OPENERS[detect(head, size, where).name](where, copy, budget, lenient)
+    return OPENERS[detect(head, size, where).name].local(where, copy, budget, lenient)
 
 
 def _checkpoint_files(folder: str, names: list[str]) -> dict[str, bool]:
@@ -220,33 +272,3 @@ def _is_tensor_document(head: bytes) -> bool:
     """Whether a JSON text's first key is one of a strided tensor document's."""
     body = head.lstrip(JSON_SPACE)[1:].lstrip(JSON_SPACE)
     return body.startswith(_TENSOR_KEYS)
-
-
-class SingleReader:
-    """One tensor already in hand (``.npy``, a strided JSON document), named ``name``."""
-
-    __slots__ = ("name", "tensor")
-
-    def __init__(self, name: str, tensor: Tensor) -> None:
-        self.name = name
-        self.tensor = tensor
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        """Always empty: these files carry no metadata."""
-        return {}
-
-    def keys(self) -> list[str]:
-        """The one name."""
-        return [self.name]
-
-    def info(self, name: str) -> tuple[str, Shape]:
-        """The tensor's dtype name and shape."""
-        return self.tensor.dtype.name, self.tensor.shape
-
-    def get(self, name: str) -> Tensor:
-        """The tensor (the one name is checked by the caller)."""
-        return self.tensor
-
-    def close(self) -> None:
-        """Nothing to release."""

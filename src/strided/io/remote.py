@@ -22,7 +22,6 @@ from urllib.parse import quote, urljoin
 
 import numpy as np
 
-from .._core.errors import FormatError
 from .._core.shape import Shape
 from .._core.storage import seal
 from .._tensor.inspect import inspection, sample_positions
@@ -212,18 +211,3 @@ def remote_gguf(storage: RemoteStorage) -> GGUFFile:
     reader = _Reader(storage._head, storage.size, storage.url, storage.read)
     version, metadata, tensors = parse_gguf(reader)
     return GGUFFile(storage.url, version, metadata, tensors, storage)
-
-
-def sniffed(storage: RemoteStorage, kind: str) -> str:
-    """``"safetensors"``, ``"index"`` or ``"gguf"`` for a remote file of sniffed ``kind``.
-
-    FormatError for formats not read over HTTP (they are not range-addressable).
-    """
-    if kind == "json":
-        return "index"  # the index reader names anything that is not one
-    if kind in ("safetensors", "gguf"):
-        return kind
-    raise FormatError(
-        f"{storage.url}: over HTTP, strided reads safetensors files, safetensors shard "
-        f"indexes and GGUF files (this is {kind})"
-    )

@@ -2,9 +2,11 @@
 
 The format is recognized from the file's first bytes, never from its name, by the one
 ordered table of ``strided.io._detect`` (GGUF, safetensors framing, zip, ``.npy``,
-pickle, JSON; a folder of shards). Each format's reader does the validation and charges
-what it builds to the open's one parse budget; this module only gives every format the
-same read-only ``Mapping[str, Tensor]`` face.
+pickle, JSON; a folder of shards), whose rows ``strided.io._open`` binds to openers for
+paths and URLs. Each format's reader does the validation, charges what it builds to the
+open's one parse budget and speaks the one ``Reader`` protocol (``strided.io._reader``);
+this module only gives that protocol the read-only ``Mapping[str, Tensor]`` face, the
+digests and the expansion check, and never asks which format it holds.
 """
 
 from __future__ import annotations
@@ -12,13 +14,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from .._core.dtype import DType
-from .._core.errors import DTypeError, FormatError, LimitError
+from .._core.errors import FormatError, LimitError
 from .._core.limits import MAX_EXPANSION
 from .._core.memory import guard_function, guard_methods
-from .._core.shape import Shape
 from .._core.stored_float import copied
 from .._kernels.digest import (
     UNREADABLE_PREFIX,
@@ -32,15 +33,11 @@ from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
 from ..io._budget import ParseBudget
 from ..io._common import label
-from ..io._detect import HEAD_BYTES, detect
-from ..io._ggml import DEQUANTIZABLE, GGML_TYPES
 from ..io._http import is_url
-from ..io._open import open_detected
-from ..io._pickle_verdicts import PickleImport, judge_log
-from ..io._safetensors_header import DTYPE_BITS
-from ..io.dcp import DcpFile
-from ..io.remote import open_remote, remote_gguf, remote_safetensors, sniffed
-from ._metadata_text import gguf_types, metadata_digest, shown, type_text
+from ..io._open import open_detected, open_url
+from ..io._pickle_verdicts import PickleImport
+from ..io._reader import Reader, TensorInfo
+from ._metadata_text import metadata_digest, shown, type_text
 from ._unreadable import unreadable_error
 
 __all__ = [
@@ -54,42 +51,7 @@ __all__ = [
     "open_local",
 ]
 
-FORMATS = ("safetensors", "gguf", "npy", "npz", "pytorch", "json")
 _DTYPES = {dtype.name: dtype for dtype in DType}
-
-
-class TensorInfo(NamedTuple):
-    """A tensor as its file's header describes it, without reading its data.
-
-    ``dtype`` is a ``DType`` name, or the stored type's own name where strided has no
-    DType for it (``"Q4_K"``, ``"F4"``). ``byte_len`` is the stored size in bytes: what
-    the file holds of the tensor. That is ``numel x itemsize`` for a plain tensor, the
-    stored blocks of a quantized GGUF tensor, and for a PyTorch view whose elements
-    repeat (``expand``) only the storage its distinct elements occupy, so
-    ``torch.zeros(1).expand(2**33)`` stores 4 bytes. ``logical_len`` is the size of
-    its logical values.
-    """
-
-    name: str
-    dtype: str
-    shape: Shape
-    byte_len: int
-
-    @property
-    def logical_len(self) -> int:
-        """The bytes of the logical values, ``numel x itemsize``: what a whole-tensor job
-        reads, hashes or writes. Equal to ``byte_len`` except for an expanded PyTorch
-        view (larger); for a stored type strided has no DType for, ``byte_len``."""
-        dtype = _DTYPES.get(self.dtype)
-        return self.byte_len if dtype is None else self.shape.numel * dtype.itemsize
-
-
-class _Reader(Protocol):
-    """What a format's reader offers the door (the file classes of ``strided.io``)."""
-
-    def keys(self) -> list[str]: ...
-    def get(self, name: str) -> Tensor: ...
-    def close(self) -> None: ...
 
 
 @guard_methods
@@ -123,8 +85,9 @@ class Checkpoint(Mapping[str, Tensor]):
     """
 
     __slots__ = (
+        "_closed",
+        "_face",
         "_format",
-        "_imports",
         "_infos",
         "_metadata",
         "_path",
@@ -135,21 +98,35 @@ class Checkpoint(Mapping[str, Tensor]):
         self,
         path: str,
         kind: str,
-        reader: _Reader,
+        reader: Reader | _Partial,
         infos: dict[str, TensorInfo],
         metadata: dict[str, Any],
     ) -> None:
-        """Private: use ``open_checkpoint``."""
+        """Private: use ``open_checkpoint``. ``reader`` speaks the ``Reader`` protocol,
+        or offers only ``keys``/``get``/``close`` (a lazy merge, tensors in memory):
+        then ``infos`` and ``metadata`` describe it."""
         self._path = path
         self._format = kind
-        self._reader: _Reader | None = reader
+        # ``_reader`` is the object given (a merge reads its own back through
+        # ``_open_reader``); ``_face`` the same object, or the given facts around it.
+        self._reader: Any = reader
+        self._face = reader if isinstance(reader, Reader) else _Given(path, kind, reader, infos)
+        self._closed = False
         self._infos = infos
         self._metadata = metadata
-        self._imports: tuple[PickleImport, ...] = ()
+
+    @classmethod
+    def _over(cls, reader: Reader) -> Checkpoint:
+        """Private: the checkpoint face of an opened reader (its header facts read once)."""
+        infos = {name: reader.info(name) for name in reader.keys()}
+        return cls(reader.path, reader.format, reader, infos, reader.metadata)
 
     @property
     def format(self) -> str:
-        """``"safetensors"``, ``"gguf"``, ``"npy"``, ``"npz"``, ``"pytorch"`` or ``"json"``."""
+        """The source's format: ``"safetensors"``, ``"gguf"``, ``"npy"``, ``"npz"``,
+        ``"pytorch"`` (``torch.save`` files and their shards), ``"torchscript"``,
+        ``"dcp"`` (a distributed checkpoint), ``"json"``, or ``"merged"``
+        (``merge_lora``/``merge_linear``)."""
         return self._format
 
     @property
@@ -175,7 +152,7 @@ class Checkpoint(Mapping[str, Tensor]):
         other, such as a model's own class; readable only with ``lenient=True``).
         Nothing named is ever imported or called. ``()`` for formats without pickles.
         """
-        return self._imports
+        return self._face.imports
 
     @property
     def unreadable(self) -> dict[str, str]:
@@ -183,7 +160,7 @@ class Checkpoint(Mapping[str, Tensor]):
         cannot read (``.npz``: string, object, structured arrays; a distributed
         checkpoint: non-tensor items that are not plain data); their names are not
         keys. ``{}`` for formats without such members, and once closed."""
-        return dict(getattr(self._reader, "unreadable", {}))
+        return {} if self._closed else dict(self._face.unreadable)
 
     def unreadable_digest(self, name: str) -> str:
         """SHA-256 (64 lowercase hex digits) of the bytes unreadable member ``name``
@@ -191,10 +168,10 @@ class Checkpoint(Mapping[str, Tensor]):
         bytes (never inflated), a distributed checkpoint item's ``torch.save`` archive.
         Nothing is decoded or unpickled. KeyError for a name not in ``unreadable``.
         """
-        reader = self._open_reader()
-        if type(name) is not str or name not in getattr(reader, "unreadable", {}):
+        reader = self._opened()
+        if type(name) is not str or name not in reader.unreadable:
             raise KeyError(name)
-        return raw_digest(reader.unreadable_stored(name))  # type: ignore[attr-defined]
+        return raw_digest(reader.unreadable_stored(name))
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -217,7 +194,7 @@ class Checkpoint(Mapping[str, Tensor]):
         ``F64`` for a Python float, ``int``, ``str``, ``bool``, ``bytes``, ``null``,
         ``dict``, ``list[T]`` (``list[*]`` for mixed or empty lists).
         """
-        stored = gguf_types(self)
+        stored = self._face.metadata_types()
         if stored is not None:
             return stored
         return {key: type_text(value) for key, value in self._metadata.items()}
@@ -247,13 +224,7 @@ class Checkpoint(Mapping[str, Tensor]):
         For a block-quantized GGUF tensor only the blocks holding samples are decoded.
         """
         self.info(name)  # KeyError for a missing name
-        reader = self._open_reader()
-        inspect = getattr(reader, "inspect", None)
-        if inspect is not None:
-            found: TensorInspection = inspect(name, options)
-            return found
-        tensor = self[name]
-        return tensor.inspect() if options is None else tensor.inspect(options)
+        return self._opened().inspect(name, options)
 
     def digest(self, *, allow_expanded: bool = False, skip_unreadable: bool = False) -> str:
         """The checkpoint's content digest: 64 lowercase hex digits.
@@ -304,54 +275,38 @@ class Checkpoint(Mapping[str, Tensor]):
     def _stored(self, name: str) -> Any:
         """Private: the stored bytes of tensor ``name`` as a flat read-only uint8 array.
 
-        For safetensors and GGUF files (the formats with stored types strided cannot
-        decode); DTypeError for the others.
+        For the formats with stored types strided cannot decode (safetensors, GGUF);
+        DTypeError for the others.
         """
         self.info(name)
-        reader = self._open_reader()
-        if isinstance(reader, _GGUFReader):
-            return reader.handle.raw(name).numpy()
-        if self._format == "safetensors":
-            return reader.stored(name)  # type: ignore[attr-defined]
-        raise DTypeError(f"{self._path}: {self._format} tensors have no separate stored bytes")
+        return self._opened().stored(name)
 
     def _chunks(self, name: str, first: int = 0, last: int | None = None) -> Iterator[Any] | None:
         """Private: stored bytes ``[first, last)`` of tensor ``name`` (all by default) as
-        bounded flat uint8 pieces, in order.
+        bounded flat uint8 pieces, in order, never the whole tensor at once.
 
         For safetensors and GGUF, whose tensors are stored as their logical row-major
         little-endian bytes (or as the blocks a quantized digest hashes): views of a
         mapped file, or streamed from a remote one. For a distributed checkpoint, the
-        logical bytes read through its chunks (views where one chunk holds them,
-        bounded blocks assembled from several otherwise), never the whole tensor at
-        once. None for the other formats.
+        logical bytes read through its chunks. None for the formats that cannot.
         """
         self.info(name)
-        reader = self._open_reader()
-        if isinstance(reader, _GGUFReader):
-            found: Iterator[Any] = reader.handle.chunks(name, first, last)
-            return found
-        if self._format == "safetensors" or isinstance(reader, DcpFile):
-            found = reader.chunks(name, first, last)  # type: ignore[attr-defined]
-            return found
-        return None
+        return self._opened().chunks(name, first, last)
 
     def _assembled(self, name: str) -> bool:
         """Private: whether ``ckpt[name]`` builds a new array from stored pieces (a
         distributed checkpoint's tensor of several chunks). Jobs then read it by range
         through ``_chunks``, so no whole copy of it is ever held."""
         self.info(name)
-        reader = self._open_reader()
-        return isinstance(reader, DcpFile) and reader.assembled(name)
+        return self._opened().assembled(name)
 
     def readable(self, name: str) -> bool:
         """Whether ``ckpt[name]`` can decode the tensor's stored type."""
-        dtype = self.info(name).dtype
-        return dtype in _DTYPES or (self._format == "gguf" and _dequantizable(dtype))
+        return self._face.decodes(self.info(name).dtype)
 
     def __getitem__(self, name: str) -> Tensor:
         self.info(name)
-        return self._open_reader().get(name)
+        return self._opened().get(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._infos))
@@ -364,9 +319,9 @@ class Checkpoint(Mapping[str, Tensor]):
 
     def close(self) -> None:
         """Release the file; tensors already loaded stay valid. Closing twice is fine."""
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        if not self._closed:
+            self._closed = True
+            self._face.close()
 
     def __enter__(self) -> Checkpoint:
         return self
@@ -379,10 +334,15 @@ class Checkpoint(Mapping[str, Tensor]):
     ) -> None:
         self.close()
 
-    def _open_reader(self) -> _Reader:
-        if self._reader is None:
-            raise FormatError(f"{self._path}: the checkpoint is closed")
+    def _open_reader(self) -> Any:
+        """Private: the reader object given to the constructor, while open."""
+        self._opened()
         return self._reader
+
+    def _opened(self) -> Reader:
+        if self._closed:
+            raise FormatError(f"{self._path}: the checkpoint is closed")
+        return self._face
 
     def __repr__(self) -> str:
         count = len(self._infos)
@@ -393,11 +353,6 @@ class Checkpoint(Mapping[str, Tensor]):
 def has_dtype(type_name: str) -> bool:
     """Whether a stored type name (``TensorInfo.dtype``) is a strided DType's name."""
     return type_name in _DTYPES
-
-
-def _dequantizable(type_name: str) -> bool:
-
-    return type_name in DEQUANTIZABLE
 
 
 @guard_function
@@ -413,9 +368,10 @@ def open_checkpoint(
 
     safetensors (a file, a folder of shards, or a ``*.safetensors.index.json``), GGUF,
     ``.npy``, ``.npz``, PyTorch checkpoints (zip and legacy, read without running them;
-    also sharded through ``pytorch_model.bin.index.json``; a distributed checkpoint
-    folder of ``torch.distributed.checkpoint``, or its ``.metadata``, as one model whose
-    ``format`` is ``"pytorch"``) and strided JSON. Headers are
+    also sharded through ``pytorch_model.bin.index.json``), TorchScript archives
+    (``format`` ``"torchscript"``), a distributed checkpoint folder of
+    ``torch.distributed.checkpoint`` or its ``.metadata`` as one model (``format``
+    ``"dcp"``), and strided JSON. Headers are
     validated at once; tensor data is read only when a tensor is asked for. ``copy=True``
     makes every tensor a copy independent of the file. A path that cannot be opened
     raises the OSError unchanged; an unrecognized or malformed file is a FormatError
@@ -473,7 +429,7 @@ def open_checkpoint(
 
     if is_url(path):
         assert isinstance(path, str)
-        return _remote(path, token, timeout)
+        return Checkpoint._over(open_url(path, token, timeout))
     where = label(path)
     return open_local(where, copy, lenient, ParseBudget(where))
 
@@ -481,97 +437,51 @@ def open_checkpoint(
 def open_local(where: str, copy: bool, lenient: bool, budget: ParseBudget) -> Checkpoint:
     """``open_checkpoint`` of the local path ``where``, charging ``budget``, whose import
     log keeps what the pickles named even when the open fails (``strided scan``)."""
-    kind, reader = open_detected(where, copy, budget, lenient)
-    if kind == "safetensors":
-        checkpoint = _from_safetensors(where, reader)
-    elif kind == "gguf":
-        checkpoint = _from_gguf(where, reader)
-    elif kind == "pytorch":
-        checkpoint = _from_pytorch(where, reader)
-    else:
-        checkpoint = _from_reader(where, kind, reader)
-    # Every pickle any reader ran, from the member it came from (npz/npy object arrays too).
-    checkpoint._imports = judge_log(budget.imports)
-    return checkpoint
+    return Checkpoint._over(open_detected(where, copy, budget, lenient))
 
 
-def _from_safetensors(where: str, reader: Any) -> Checkpoint:
+class _Partial(Protocol):
+    """The least a reader handed to ``Checkpoint`` directly must offer."""
 
-    infos = {}
-    for name in reader.keys():
-        dtype_name, shape = reader.info(name)
-        # Sized by bits: also for dtypes strided cannot hold (F4 packs two per byte).
-        byte_len = shape.numel * DTYPE_BITS[dtype_name][1] // 8
-        infos[name] = TensorInfo(name, dtype_name, shape, byte_len)
-    return Checkpoint(where, "safetensors", reader, infos, reader.metadata)
+    def keys(self) -> list[str]: ...
+    def get(self, name: str) -> Tensor: ...
+    def close(self) -> None: ...
 
 
-def _remote(url: str, token: str | None, timeout: float | tuple[float, float] | None) -> Checkpoint:
+class _Given(Reader):
+    """A ``_Partial`` reader behind the protocol, described by the facts given with it:
+    no stored bytes, ranges or unreadable members, inspection by loading."""
 
-    storage = open_remote(url, token, timeout)
-    try:
-        head = storage.read(0, min(storage.size, HEAD_BYTES))
-        kind = sniffed(storage, detect(head, storage.size, url).name)
-        if kind == "gguf":
-            return _from_gguf(url, remote_gguf(storage))
-        return _from_safetensors(url, remote_safetensors(storage, kind == "index"))
-    except BaseException:
-        storage.close()
-        raise
+    __slots__ = ("_infos", "_kind", "_source")
 
+    def __init__(
+        self, path: str, kind: str, source: _Partial, infos: dict[str, TensorInfo]
+    ) -> None:
+        super().__init__(path)
+        self._kind = kind
+        self._source = source
+        self._infos = infos
 
-def _from_gguf(where: str, handle: Any) -> Checkpoint:
-
-    sizes = {kind.name: (kind.block_size, kind.block_bytes) for kind in GGML_TYPES.values()}
-    infos = {}
-    for name in handle.keys():
-        type_name, shape = handle.info(name)
-        block_size, block_bytes = sizes[type_name]
-        infos[name] = TensorInfo(name, type_name, shape, shape.numel // block_size * block_bytes)
-    return Checkpoint(where, "gguf", _GGUFReader(handle), infos, handle.metadata)
-
-
-class _GGUFReader:
-    """A GGUF file whose ``get`` dequantizes block-quantized tensors."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
+    @property
+    def format(self) -> str:
+        """The name the maker gave."""
+        return self._kind
 
     def keys(self) -> list[str]:
-        return list(self.handle.keys())
+        """The given names."""
+        return list(self._infos)
+
+    def info(self, name: str) -> TensorInfo:
+        """The given facts."""
+        return self._infos[name]
 
     def get(self, name: str) -> Tensor:
-        tensor: Tensor = self.handle.get(name, dequantize=_dequantizable(self.handle.info(name)[0]))
-        return tensor
-
-    def inspect(self, name: str, options: TensorInspectionOptions | None) -> TensorInspection:
-        # Decodes only the blocks that hold the samples.
-        found: TensorInspection = self.handle.inspect(name, options)
-        return found
+        """The source's tensor."""
+        return self._source.get(name)
 
     def close(self) -> None:
-        self.handle.close()
-
-
-def _from_pytorch(where: str, reader: Any) -> Checkpoint:
-    """A PyTorch reader: sizes are the storage each view's distinct elements occupy."""
-    infos = {}
-    for name in reader.keys():
-        dtype_name, shape = reader.info(name)
-        infos[name] = TensorInfo(name, dtype_name, shape, reader.stored_byte_len(name))
-    return Checkpoint(where, "pytorch", reader, infos, reader.metadata)
-
-
-def _from_reader(where: str, kind: str, reader: Any) -> Checkpoint:
-    """A reader whose ``info`` gives (DType name, shape) of readable tensors."""
-    infos = {}
-    for name in reader.keys():
-        dtype_name, shape = reader.info(name)
-        itemsize = _DTYPES[dtype_name].itemsize if dtype_name in _DTYPES else 0
-        infos[name] = TensorInfo(name, dtype_name, shape, shape.numel * itemsize)
-    return Checkpoint(where, kind, reader, infos, reader.metadata)
+        """Close the source."""
+        self._source.close()
 
 
 def digest_of(

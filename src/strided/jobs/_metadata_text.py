@@ -207,11 +207,7 @@ def gguf_types(checkpoint: Checkpoint) -> dict[str, str] | None:
 
     None for the other formats, whose metadata carries no stored types.
     """
-    if checkpoint.format != "gguf":
-        return None
-    handle = getattr(checkpoint._open_reader(), "handle", None)
-    types = getattr(handle, "metadata_types", None)
-    return dict(types) if isinstance(types, dict) else None
+    return checkpoint._face.metadata_types()
 
 
 def shown(value: Any, floats: DType | None = None) -> Any:
