@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +30,10 @@ EXAMPLES: list[tuple[str, Callable[..., Any] | type]] = [
 
 
 @pytest.mark.parametrize(("name", "target"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
-def test_the_example_runs(name: str, target: Callable[..., Any] | type) -> None:
+def test_the_example_runs(
+    name: str, target: Callable[..., Any] | type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # an example may write files where it runs
     finder = doctest.DocTestFinder(recurse=False)
     flags = doctest.ELLIPSIS | doctest.IGNORE_EXCEPTION_DETAIL
     runner = doctest.DocTestRunner(optionflags=flags)
