@@ -77,3 +77,29 @@ def test_optional_extras_are_never_imported_statically() -> None:
             else:
                 continue
             assert not optional & set(names), f"{path.name} imports {names}"
+
+
+def test_public_signatures_carry_no_private_types() -> None:
+    """Every parameter of a public function names only types a user can import: none of
+    strided's private classes (a budget, a reader) and nothing spelt with a leading ``_``."""
+    import inspect
+    import re
+
+    private = {"ParseBudget", "Reader", "GGUFReader", "ImportLog", "Machine"}
+    for name in st.__all__:
+        value = getattr(st, name)
+        functions = [value] if inspect.isfunction(value) else []
+        if inspect.isclass(value):
+            functions = [
+                member
+                for attribute, member in vars(value).items()
+                if inspect.isfunction(member) and not attribute.startswith("_")
+            ]
+        for function in functions:
+            for parameter in inspect.signature(function).parameters.values():
+                if parameter.annotation is inspect.Parameter.empty:
+                    continue
+                text = str(parameter.annotation)
+                words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+                assert not words & private, (name, function.__name__, parameter.name, text)
+                assert not any(word.startswith("_") for word in words), (name, parameter.name)

@@ -66,6 +66,7 @@ __all__ = [
     "MAX_STRING_BYTES",
     "GGUFFile",
     "open_gguf",
+    "open_gguf_charged",
     "parse_gguf",
 ]
 
@@ -462,7 +463,7 @@ def _copied(value: Any) -> Any:
 
 
 @guard_function
-def open_gguf(path: PathLike, copy: bool = False, *, budget: ParseBudget | None = None) -> GGUFFile:
+def open_gguf(path: PathLike, copy: bool = False) -> GGUFFile:
     """Open a GGUF file (version 2 or 3, little-endian): validate it whole, map it read-only.
 
     Plain tensors are zero-copy views of the mapping: the file must not be modified or
@@ -473,9 +474,15 @@ def open_gguf(path: PathLike, copy: bool = False, *, budget: ParseBudget | None 
     metadata is parsed at once, tensor data is never read until used. A path that cannot be opened
     raises the OSError unchanged; malformed content is a FormatError (LimitError for
     caps) naming the file, the key or tensor, and the problem. See the module docstring
-    for every check. What the header builds (keys, values, tensor names) is charged to
-    ``budget`` (a fresh one when None): at most 64 MiB + 16 x the header's bytes.
+    for every check. What the header builds (keys, values, tensor names) may cost at
+    most 64 MiB + 16 x the header's bytes.
     """
+    return open_gguf_charged(path, copy, None)
+
+
+def open_gguf_charged(path: PathLike, copy: bool, budget: ParseBudget | None) -> GGUFFile:
+    """``open_gguf``, charging what the header builds to ``budget`` (the open's one
+    budget, when the file is part of a bigger open; a fresh one when None)."""
     where = label(path)
     with open_regular(where) as file:
         size = file_size(file)

@@ -30,7 +30,7 @@ from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
 from ._budget import ParseBudget
 from ._common import TensorNames
-from .gguf import GGUFFile, open_gguf
+from .gguf import GGUFFile, open_gguf_charged
 
 __all__ = ["SPLIT_KEYS", "SplitGGUF", "folder_first_part", "open_split", "part_name", "part_of"]
 
@@ -116,7 +116,7 @@ def open_split(first: GGUFFile, copy: bool, budget: ParseBudget) -> GGUFFile | S
             path = os.path.join(folder, part_name(named[0], index, count))
             if not os.path.exists(path):
                 raise FormatError(f"{path}: part {index + 1} of {count} of {where} is missing")
-            part = open_gguf(path, copy, budget=budget)
+            part = open_gguf_charged(path, copy, budget)
             parts.append(part)
             if split_facts(part) != (index, count, total):
                 raise FormatError(
