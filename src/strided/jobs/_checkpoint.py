@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from .._core.dtype import DType
 from .._core.errors import FormatError, LimitError
@@ -84,42 +84,18 @@ class Checkpoint(Mapping[str, Tensor]):
         >>> ckpt.close()
     """
 
-    __slots__ = (
-        "_closed",
-        "_face",
-        "_format",
-        "_infos",
-        "_metadata",
-        "_path",
-        "_reader",
-    )
+    __slots__ = ("_closed", "_face", "_format", "_infos", "_metadata", "_path")
 
-    def __init__(
-        self,
-        path: str,
-        kind: str,
-        reader: Reader | _Partial,
-        infos: dict[str, TensorInfo],
-        metadata: dict[str, Any],
-    ) -> None:
-        """Private: use ``open_checkpoint``. ``reader`` speaks the ``Reader`` protocol,
-        or offers only ``keys``/``get``/``close`` (a lazy merge, tensors in memory):
-        then ``infos`` and ``metadata`` describe it."""
-        self._path = path
-        self._format = kind
-        # ``_reader`` is the object given (a merge reads its own back through
-        # ``_open_reader``); ``_face`` the same object, or the given facts around it.
-        self._reader: Any = reader
-        self._face = reader if isinstance(reader, Reader) else _Given(path, kind, reader, infos)
+    def __init__(self, reader: Reader) -> None:
+        """The mapping face of one opened ``reader``; users call ``open_checkpoint`` (or
+        ``merge_lora``/``merge_linear``), jobs hand their own readers here. The header
+        facts and the metadata are read from the reader once."""
+        self._path = reader.path
+        self._format = reader.format
+        self._face = reader
         self._closed = False
-        self._infos = infos
-        self._metadata = metadata
-
-    @classmethod
-    def _over(cls, reader: Reader) -> Checkpoint:
-        """Private: the checkpoint face of an opened reader (its header facts read once)."""
-        infos = {name: reader.info(name) for name in reader.keys()}
-        return cls(reader.path, reader.format, reader, infos, reader.metadata)
+        self._infos = {name: reader.info(name) for name in reader.keys()}
+        self._metadata = reader.metadata
 
     @property
     def format(self) -> str:
@@ -334,11 +310,6 @@ class Checkpoint(Mapping[str, Tensor]):
     ) -> None:
         self.close()
 
-    def _open_reader(self) -> Any:
-        """Private: the reader object given to the constructor, while open."""
-        self._opened()
-        return self._reader
-
     def _opened(self) -> Reader:
         if self._closed:
             raise FormatError(f"{self._path}: the checkpoint is closed")
@@ -429,7 +400,7 @@ def open_checkpoint(
 
     if is_url(path):
         assert isinstance(path, str)
-        return Checkpoint._over(open_url(path, token, timeout))
+        return Checkpoint(open_url(path, token, timeout))
     where = label(path)
     return open_local(where, copy, lenient, ParseBudget(where))
 
@@ -437,51 +408,7 @@ def open_checkpoint(
 def open_local(where: str, copy: bool, lenient: bool, budget: ParseBudget) -> Checkpoint:
     """``open_checkpoint`` of the local path ``where``, charging ``budget``, whose import
     log keeps what the pickles named even when the open fails (``strided scan``)."""
-    return Checkpoint._over(open_detected(where, copy, budget, lenient))
-
-
-class _Partial(Protocol):
-    """The least a reader handed to ``Checkpoint`` directly must offer."""
-
-    def keys(self) -> list[str]: ...
-    def get(self, name: str) -> Tensor: ...
-    def close(self) -> None: ...
-
-
-class _Given(Reader):
-    """A ``_Partial`` reader behind the protocol, described by the facts given with it:
-    no stored bytes, ranges or unreadable members, inspection by loading."""
-
-    __slots__ = ("_infos", "_kind", "_source")
-
-    def __init__(
-        self, path: str, kind: str, source: _Partial, infos: dict[str, TensorInfo]
-    ) -> None:
-        super().__init__(path)
-        self._kind = kind
-        self._source = source
-        self._infos = infos
-
-    @property
-    def format(self) -> str:
-        """The name the maker gave."""
-        return self._kind
-
-    def keys(self) -> list[str]:
-        """The given names."""
-        return list(self._infos)
-
-    def info(self, name: str) -> TensorInfo:
-        """The given facts."""
-        return self._infos[name]
-
-    def get(self, name: str) -> Tensor:
-        """The source's tensor."""
-        return self._source.get(name)
-
-    def close(self) -> None:
-        """Close the source."""
-        self._source.close()
+    return Checkpoint(open_detected(where, copy, budget, lenient))
 
 
 def digest_of(

@@ -32,6 +32,7 @@ from .._kernels.pieces import pieces
 from .._tensor.tensor import Tensor
 from ..io._common import PathLike, fsync_path, label
 from ..io._quantize import QUANTIZABLE, quantize
+from ..io._reader import TensorsReader
 from ..io._shards import OutputFile, Sweeper, check_file_target, naming
 from ..io.gguf_split import part_name
 from ..io.gguf_write import (
@@ -42,7 +43,7 @@ from ..io.gguf_write import (
     encode_kv,
     gguf_layout,
 )
-from ._checkpoint import Checkpoint, TensorInfo, has_dtype
+from ._checkpoint import Checkpoint, has_dtype
 from ._export import _convert_distinct
 from ._gguf_plan import GGUFItem, gguf_key_values, plan_gguf
 from ._pool import JobError, Runner, loaded, opened
@@ -280,38 +281,18 @@ def _fill(
         advance(data.size)
 
 
-class _Tensors:
-    """A mapping of name -> Tensor read as a checkpoint's reader."""
-
-    __slots__ = ("tensors",)
-
-    def __init__(self, tensors: dict[str, Tensor]) -> None:
-        self.tensors = tensors
-
-    def keys(self) -> list[str]:
-        return list(self.tensors)
-
-    def get(self, name: str) -> Tensor:
-        return self.tensors[name]
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 def _in_memory(tensors: Mapping[str, Tensor], where: str) -> Checkpoint:
     """``tensors`` as a private in-memory checkpoint (format ``"tensors"``)."""
     if not isinstance(tensors, Mapping):
         raise DTypeError(f"{where}: tensors must be a mapping of name -> Tensor or a Checkpoint")
     held: dict[str, Tensor] = {}
-    infos = {}
     for name, tensor in tensors.items():
         if type(name) is not str:
             raise FormatError(f"{where}: tensor names must be strings, found {name!r:.80}")
         if not isinstance(tensor, Tensor):
             raise DTypeError(f"{where}: {name!r} is a {type(tensor).__name__}, not a Tensor")
         held[name] = tensor
-        infos[name] = TensorInfo(name, tensor.dtype.name, tensor.shape, tensor.byte_len)
-    return Checkpoint(where, "tensors", _Tensors(held), infos, {})
+    return Checkpoint(TensorsReader(where, "tensors", held))
 
 
 @guard_function

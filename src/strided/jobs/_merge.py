@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .._core.shape import Shape
 from .._kernels.convert import convert_array
 from .._kernels.exact_affine import TARGETS, low_rank_update, weighted_sum
 from .._tensor.tensor import Tensor
+from ..io._reader import Reader
 from ..io._shards import Planned
 from ._checkpoint import Checkpoint, TensorInfo, has_dtype, open_checkpoint
 from ._export import Item, Task
@@ -63,23 +64,53 @@ class _Merge(NamedTuple):
     weights: tuple[Fraction, ...]  # linear only
 
 
-class _MergeReader:
-    """A Checkpoint reader whose ``get`` computes merged tensors from open sources."""
+class _MergeReader(Reader):
+    """The reader of a merged checkpoint: the first source's names, header facts and
+    metadata; ``get`` computes a merged tensor from the open sources.
+
+    Unchanged tensors are the first source's own (zero-copy where it is); a computed
+    one is made once, without a second copy, so a merged tensor is held once while it
+    is made and read.
+    """
+
+    __slots__ = ("closed", "layouts", "merge", "owned", "sources")
 
     def __init__(
-        self, merge: _Merge, sources: tuple[Checkpoint, ...], owned: tuple[Checkpoint, ...]
+        self,
+        merge: _Merge,
+        sources: tuple[Checkpoint, ...],
+        owned: tuple[Checkpoint, ...],
+        layouts: dict[str, str],
     ) -> None:
+        super().__init__(sources[0].path)
         self.merge = merge
         self.sources = sources
         self.owned = owned
+        self.layouts = layouts
         self.closed = False
 
+    @property
+    def format(self) -> str:
+        """Always ``"merged"``."""
+        return "merged"
+
     def keys(self) -> list[str]:
+        """The first source's names, in its order."""
         return list(self.sources[0])
 
+    def info(self, name: str) -> TensorInfo:
+        """The first source's facts: a merge keeps every name's dtype and shape."""
+        return self.sources[0].info(name)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A copy of the first source's metadata."""
+        return self.sources[0].metadata
+
     def get(self, name: str) -> Tensor:
+        """Tensor ``name`` of the merge: computed when the merge changes it."""
         if self.closed:
-            raise FormatError(f"{self.sources[0].path}: the merged checkpoint is closed")
+            raise FormatError(f"{self.path}: the merged checkpoint is closed")
         info = self.sources[0].info(name)
         dtype = DType[info.dtype]
         shape = tuple(info.shape)
@@ -92,12 +123,25 @@ class _MergeReader:
         else:
             numel = info.shape.numel
             data = _linear_run(self.sources, self.merge.weights, name, 0, numel, dtype)
-        return Tensor.from_numpy(data.view(dtype.numpy).reshape(shape))
+        return _adopted(data, dtype, shape)
 
     def close(self) -> None:
+        """Close the sources the merge opened (never the ones it was given)."""
         self.closed = True
         for checkpoint in self.owned:
             checkpoint.close()
+
+
+def _adopted(data: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> Tensor:
+    """A freshly computed merged array (nobody else holds it) as a tensor of ``shape``:
+    without a copy when the kernel's output already owns its memory in ``dtype``, so
+    a large merged tensor is never held twice while it becomes a tensor."""
+    if data.flags.owndata and data.flags.c_contiguous and data.dtype == dtype.numpy:
+        if data.shape == shape:
+            return Tensor._adopt(data, dtype)
+        if data.ndim == 1 and data.size == math.prod(shape):
+            return Tensor._adopt_flat(data, shape)
+    return Tensor._adopt(np.array(data.view(dtype.numpy).reshape(shape)), dtype)
 
 
 # -- LoRA -----------------------------------------------------------------------------------
@@ -109,8 +153,12 @@ class MergedCheckpoint(Checkpoint):
     A ``Checkpoint`` in every respect (``format`` is ``"merged"``), plus ``layouts``.
     """
 
-    __slots__ = ("_layouts",)
-    _layouts: dict[str, str]
+    __slots__ = ("_merged",)
+
+    def __init__(self, reader: _MergeReader) -> None:
+        """Private: made by ``merge_lora`` and ``merge_linear``."""
+        super().__init__(reader)
+        self._merged = reader
 
     @property
     def layouts(self) -> dict[str, str]:
@@ -119,7 +167,14 @@ class MergedCheckpoint(Checkpoint):
         ``"Conv1D"`` (GPT-2's ``Conv1D``, weight ``(in, out)``: ``W + s * (B @ A).T``).
         Square modules are the ones whose shapes cannot tell; ``{}`` for
         ``merge_linear``."""
-        return dict(self._layouts)
+        return dict(self._merged.layouts)
+
+    def _merge_reader(self) -> _MergeReader:
+        """Private: the merge's reader, while the checkpoint is open (what the writers
+        plan computed tensors from)."""
+        if self._merged.closed:
+            raise FormatError(f"{self.path}: the checkpoint is closed")
+        return self._merged
 
 
 @guard_function
@@ -223,8 +278,8 @@ def merge_lora(
         found = read_adapter(folder, weights, opened_base, float(scale), globs)
         paths = (where(opened_base.path, lenient), where(weights.path))
         merge = _Merge("lora", paths, found.recipes, ())
-        reader = _MergeReader(merge, (opened_base, weights), tuple(owned))
-        return _checkpoint(opened_base, reader, found.layouts)
+        sources = (opened_base, weights)
+        return MergedCheckpoint(_MergeReader(merge, sources, tuple(owned), dict(found.layouts)))
     except BaseException:
         for checkpoint in owned:
             checkpoint.close()
@@ -239,15 +294,6 @@ def _globs(value: object) -> tuple[str, ...] | None:
     if not isinstance(items, (list, tuple)) or not all(isinstance(g, str) for g in items):
         raise FormatError(f"merge_lora: fan_in_fan_out must be a list of globs, found {value!r}")
     return tuple(items)
-
-
-def _checkpoint(
-    first: Checkpoint, reader: _MergeReader, layouts: dict[str, str] | None = None
-) -> MergedCheckpoint:
-    infos = {name: first.info(name) for name in first}
-    merged = MergedCheckpoint(first.path, "merged", reader, infos, first._metadata)
-    merged._layouts = dict(layouts or {})
-    return merged
 
 
 def _lora_rows(
@@ -409,7 +455,7 @@ def merge_linear(
                 owned.append(sources[-1])
         _agree(sources)
         merge = _Merge("linear", tuple(where(c.path, lenient) for c in sources), {}, exact)
-        return _checkpoint(sources[0], _MergeReader(merge, tuple(sources), tuple(owned)))
+        return MergedCheckpoint(_MergeReader(merge, tuple(sources), tuple(owned), {}))
     except BaseException:
         for checkpoint in owned:
             checkpoint.close()
@@ -495,24 +541,25 @@ def linear_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
 # -- the writer's items ---------------------------------------------------------------------
 
 
-def sources_of(merged: Checkpoint) -> list[tuple[str, Checkpoint]]:
+def sources_of(merged: MergedCheckpoint) -> list[tuple[str, Checkpoint]]:
     """``(path workers open, open checkpoint)`` of each source of a merged checkpoint,
     for ``_pool.sharing``: tasks run in this process use the open ones."""
-    reader = merged._open_reader()
-    assert isinstance(reader, _MergeReader)
+    reader = merged._merge_reader()
     return list(zip(reader.merge.paths, reader.sources, strict=True))
 
 
 def merge_items(
-    merged: Checkpoint, names: Sequence[str], dtype: DType | None, allow_expanded: bool = False
+    merged: MergedCheckpoint,
+    names: Sequence[str],
+    dtype: DType | None,
+    allow_expanded: bool = False,
 ) -> tuple[list[Item], str]:
     """The writer's items for ``names`` of a checkpoint made by ``merge_lora`` or
     ``merge_linear``, and the path unchanged tensors are read from (the base's, or the
     first input's). ``dtype`` converts floating tensors, merged ones rounded once into
     it directly (F16, BF16, F32 or F64: DTypeError otherwise).
     """
-    reader = merged._open_reader()
-    assert isinstance(reader, _MergeReader)
+    reader = merged._merge_reader()
     merge = reader.merge
     if dtype is not None and dtype not in TARGETS:
         raise DTypeError(f"merged tensors are written as F16, BF16, F32 or F64, not {dtype.name}")
