@@ -127,6 +127,43 @@ def gguf_task(task: GGUFTask) -> np.ndarray[Any, Any]:
         raise JobError(path, name, str(error)) from None
 
 
+def _copy_into(
+    output: OutputFile,
+    offset: int,
+    checkpoint: Checkpoint,
+    name: str,
+    advance: Callable[[int], None],
+) -> int:
+    """Write the stored bytes of tensor ``name`` at ``offset``; the offset after them.
+
+    A function of its own so that nothing of the tensor (a piece is a view of it) is
+    still referenced once it returns: a tensor computed whole (a merged one) is
+    released before the next is made.
+    """
+    for piece in _copied(checkpoint, name):
+        output.write(offset, piece)
+        offset += piece.size
+        advance(piece.size)
+    return offset
+
+
+def _encode_into(output: OutputFile, offset: int, checkpoint: Checkpoint, item: GGUFItem) -> None:
+    """Write tensor ``item`` converted or quantized at ``offset``, a chunk at a time; the
+    tensor read whole for it is released on return, before the next one is read."""
+    name, numel = item.spec.name, item.spec.shape.numel
+    tensor = checkpoint[name] if has_dtype(checkpoint.info(name).dtype) else None
+    step = _chunk(item)
+    for start in range(0, numel, step):
+        stop = min(start + step, numel)
+        data = encode_range(checkpoint, name, start, stop, item.spec.type, tensor)
+        output.write(offset, data)
+        offset += data.size
+
+
+def _ignore(count: int) -> None:
+    """Progress nobody shows (``save_gguf``)."""
+
+
 def _copied(checkpoint: Checkpoint, name: str) -> Iterator[np.ndarray[Any, Any]]:
     """The stored bytes of a tensor kept as it is, a bounded piece at a time."""
     parts = checkpoint._chunks(name)
@@ -264,10 +301,7 @@ def _fill(
         name, out = item.read_name, item.spec.type
         if item.mode == "copy":
             try:
-                for piece in _copied(checkpoint, name):
-                    output.write(offset, piece)
-                    offset += piece.size
-                    advance(piece.size)
+                offset = _copy_into(output, offset, checkpoint, name, advance)
             except DataError as error:
                 raise JobError(checkpoint.path, name, str(error)) from None
             continue
@@ -366,18 +400,9 @@ def _write_here(checkpoint: Checkpoint, part: _Part) -> None:
         for item in part.items:
             offset = part.layout.offsets[item.spec.name]
             if item.mode == "copy":
-                for piece in _copied(checkpoint, item.spec.name):
-                    part.output.write(offset, piece)
-                    offset += piece.size
-                continue
-            name, numel = item.spec.name, item.spec.shape.numel
-            tensor = checkpoint[name] if has_dtype(checkpoint.info(name).dtype) else None
-            step = _chunk(item)
-            for start in range(0, numel, step):
-                stop = min(start + step, numel)
-                data = encode_range(checkpoint, name, start, stop, item.spec.type, tensor)
-                part.output.write(offset, data)
-                offset += data.size
+                _copy_into(part.output, offset, checkpoint, item.spec.name, _ignore)
+            else:
+                _encode_into(part.output, offset, checkpoint, item)
         with naming(part.target):
             part.output.commit(part.target)
         fsync_path(folder)

@@ -204,21 +204,36 @@ def opened(path: str) -> Checkpoint:
 
 
 def loaded(path: str, name: str) -> Tensor:
-    """``opened(path)[name]``, remembering the last two tensors loaded.
+    """``opened(path)[name]``, remembering the last tensor loaded of each of the last
+    two checkpoints.
 
     Chunks of one tensor (of one or two checkpoints, for a comparison) reuse it, so a
-    tensor that must be decoded whole (a compressed member) is decoded once per worker.
+    tensor that must be decoded whole (a compressed member, a merged tensor) is decoded
+    once per worker. What leaves the cache leaves before the next tensor is decoded, so
+    a worker never holds two decoded tensors of one checkpoint at once.
     """
     key = _task_key(path)
     with _LOCK:
-        for index, (found_key, found_name, tensor) in enumerate(_LAST):
-            if found_key == key and found_name == name:
-                _LAST.append(_LAST.pop(index))
-                return tensor
+        found = _cached(key, name)
+        if found is not None:
+            return found
+        _LAST[:] = [entry for entry in _LAST if entry[0] != key][-1:]
         tensor = opened(path)[name]
         _LAST.append((key, name, tensor))
-        del _LAST[:-2]
         return tensor
+
+
+def _cached(key: _Key, name: str) -> Tensor | None:
+    """The cached tensor ``name`` of ``key``, moved to the end; None when not cached.
+
+    A function of its own: the loop's names end with it, so none still refers to a
+    tensor that ``loaded`` drops before decoding the next one.
+    """
+    for index, (found_key, found_name, tensor) in enumerate(_LAST):
+        if found_key == key and found_name == name:
+            _LAST.append(_LAST.pop(index))
+            return tensor
+    return None
 
 
 @contextlib.contextmanager
