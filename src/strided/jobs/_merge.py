@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -25,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._core.dtype import DType
-from .._core.errors import DataError, DTypeError, FormatError, LimitError, RangeError
+from .._core.errors import DataError, DTypeError, FormatError, RangeError
 from .._core.memory import guard_function
 from .._core.shape import Shape
 from .._kernels.convert import convert_array
@@ -37,6 +36,7 @@ from ._checkpoint import Checkpoint, TensorInfo, has_dtype, open_checkpoint
 from ._export import Item, Task
 from ._export import plan as plan_copies
 from ._lora import Recipe, read_adapter, weights_file
+from ._merge_weights import check_weights, parse_weight
 from ._pool import JobError, opened, where
 from ._values import Source
 
@@ -50,9 +50,6 @@ __all__ = [
 ]
 
 _TASK_BYTES = 1 << 22  # output bytes per task: a few bounded blocks of the kernel
-_MAX_DENOMINATOR = 1 << 64  # weights' common denominator (exact path: chunks of 26 bits)
-_MAX_NUMERATOR = 1 << 78
-_WEIGHT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 
 
 class _Merge(NamedTuple):
@@ -371,43 +368,6 @@ def lora_task(argument: tuple[_Merge, str, int, int, str]) -> np.ndarray:
 # -- weighted averages ----------------------------------------------------------------------
 
 
-def parse_weight(value: object) -> Fraction:
-    """A merge weight as an exact rational.
-
-    ``str``: decimal text (``0.5``, ``-1``, ``1e-2``, ``.25``), read exactly (``"0.1"`` is
-    1/10, not the float nearest it); ``Fraction`` and ``int`` as they are; ``float``:
-    its exact binary value (``0.1`` is 3602879701896397/2**55: pass text for tenths).
-    FormatError for anything else, NaN or infinity.
-    """
-    if isinstance(value, bool):
-        raise FormatError(f"merge weight {value!r} is not a number")
-    if isinstance(value, Fraction):
-        return value
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise FormatError(f"merge weight {value!r} is not finite")
-        return Fraction(value)
-    if isinstance(value, str):
-        if len(value) > 64 or not _WEIGHT_TEXT.fullmatch(value):
-            raise FormatError(f"merge weight {value[:80]!r} is not decimal text such as 0.5")
-        return Fraction(value)
-    raise FormatError(f"merge weight {value!r} is not a number")
-
-
-def _check_weights(weights: Sequence[Fraction]) -> None:
-    denominator = math.lcm(*(weight.denominator for weight in weights))
-    if denominator >= _MAX_DENOMINATOR:
-        raise LimitError(
-            f"merge weights {[str(w) for w in weights]}: their common denominator "
-            f"{denominator} is not below 2^64 (use fewer digits)"
-        )
-    for weight in weights:
-        if abs(weight * denominator) >= _MAX_NUMERATOR:
-            raise LimitError(f"merge weight {weight} is too large (below 2^78 over 2^64)")
-
-
 @guard_function
 def merge_linear(
     checkpoints: Sequence[str | os.PathLike[str] | Checkpoint],
@@ -443,7 +403,7 @@ def merge_linear(
         raise FormatError(
             f"merge_linear: {len(checkpoints)} checkpoints need as many weights, found {len(exact)}"
         )
-    _check_weights(exact)
+    check_weights(exact)
     owned: list[Checkpoint] = []
     try:
         sources = []
