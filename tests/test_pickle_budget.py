@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import strided as st
-from strided.io import _pickle
 from strided.io._budget import ParseBudget
+from strided.io.pickle import _machine as _pickle
 from strided.io.pytorch import load_pytorch, open_pytorch
 
 from .test_pickle_hostile import MARK, PROTO2, STOP, as_legacy, as_zip, glob, num, run, text
@@ -140,7 +140,7 @@ def int_set(keys: list[int]) -> bytes:
 
 TIMED_RUNS = """
     import json, sys, time
-    from strided.io._pickle import interpret
+    from strided.io.pickle._machine import interpret
     from strided.io.pytorch import open_pytorch
     def cpu(payload):
         started = time.process_time()

@@ -50,7 +50,7 @@ def shared_child_payload(parents: int, buffers: int) -> bytes:
 COUNTED_OPEN = """
 import json, sys, tracemalloc
 import strided as st
-from strided.io import _pickle_walk as walk
+from strided.io.pickle import _walk as walk
 
 work = {"names": 0, "entries": 0}
 real_names, real_children = walk._names, walk._module_children

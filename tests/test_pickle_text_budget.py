@@ -23,7 +23,7 @@ from hypothesis import strategies as hs
 
 import strided as st
 from strided.io._budget import TEXT_BYTES, char_bytes, text_bytes
-from strided.io._pickle_data import data_key, key_bytes
+from strided.io.pickle._data import data_key, key_bytes
 from tests.budgetchild import opened_in_child
 from tests.test_pickle_hostile import MARK, PROTO2, STOP, as_zip, glob, text
 from tests.zipcraft import Entry, build

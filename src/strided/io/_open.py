@@ -30,8 +30,6 @@ from ._detect import (
     folder_format,
     matching,
 )
-from ._object_pickles import object_pickle_start, record_pickle
-from ._pickle_verdicts import judge_log
 from ._reader import Reader, TensorsReader
 from ._readers import DcpReader, GGUFReader, NpzReader, PyTorchReader, SafetensorsReader
 from ._zip import DEFLATED, STORED, read_zip
@@ -41,6 +39,7 @@ from .gguf_split import folder_first_part, open_split
 from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
+from .pickle import judge_log, object_pickle_start, record_pickle
 from .pytorch import open_pytorch
 from .remote import RemoteStorage, open_remote, remote_gguf, remote_safetensors
 from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors

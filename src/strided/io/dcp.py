@@ -56,11 +56,8 @@ from ._common import PathLike, TensorNames, file_size, label, map_file, open_reg
 from ._dcp_grid import Grid
 from ._dcp_metadata import DCP_GLOBALS, Layout, Span, TensorEntry, read_layout
 from ._detect import DCP_METADATA, ZIP_MAGIC, matching
-from ._pickle import interpret
-from ._pickle_data import PickledSet, TensorRef, TorchSize, describe
-from ._pickle_globals import GLOBALS
-from ._pickle_walk import flatten
 from ._zip import read_zip, stored_bytes
+from .pickle import GLOBALS, PickledSet, TensorRef, TorchSize, describe, flatten, interpret
 from .pytorch import _archive_folder, _may_overlap, _Shard
 
 __all__ = ["DcpFile", "open_dcp"]

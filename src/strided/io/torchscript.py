@@ -6,7 +6,7 @@ module objects), ``constants.pkl``, ``code/`` (each class as source text, deflat
 ``byteorder`` and ``version``. Loading it with torch compiles and runs ``code/``;
 strided reads it as data:
 
-* ``data.pkl`` is interpreted by ``_pickle`` with the allow-list of ``torch.save``
+* ``data.pkl`` is interpreted by ``pickle._machine`` with the allow-list of ``torch.save``
   files, plus ``torch.jit._pickle.build_{int,double,bool,tensor}list`` and
   ``restore_type_tag`` (each returns the value it is given), the typed storages
   TorchScript names for the element types ``torch.save`` stores untyped
@@ -52,11 +52,9 @@ from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
 from .._core.memory import guard_function
 from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
 from ._common import PathLike, file_size, label, map_file, open_regular
-from ._pickle import interpret
-from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
-from ._pickle_globals import GLOBALS
 from ._torchscript_code import ClassDecl, CodeIndex
 from ._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
+from .pickle import GLOBALS, Global, Record, StorageRef, TensorRef, describe, interpret
 from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 
 __all__ = ["TORCHSCRIPT_GLOBALS", "is_torchscript", "open_torchscript"]
