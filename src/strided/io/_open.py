@@ -34,8 +34,7 @@ from ._reader import Reader, TensorsReader
 from ._readers import DcpReader, GGUFReader, NpzReader, PyTorchReader, SafetensorsReader
 from ._zip import DEFLATED, STORED, read_zip
 from .dcp import open_dcp
-from .gguf import open_gguf_charged
-from .gguf_split import folder_first_part, open_split
+from .gguf import folder_first_part, open_gguf_charged, open_split
 from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
@@ -53,7 +52,7 @@ _FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
 
 
 def _open_gguf(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
-    # The first part of a split model opens every part (``gguf_split``).
+    # The first part of a split model opens every part (``gguf._split``).
     return GGUFReader(where, open_split(open_gguf_charged(where, copy, budget), copy, budget))
 
 
