@@ -179,7 +179,7 @@ def test_an_astral_key_named_180000_times_stays_within_the_budget(tmp_path: Path
 
 def test_astral_names_are_charged_four_bytes_a_character(tmp_path: Path) -> None:
     from strided.io._budget import ParseBudget
-    from strided.io.pytorch import open_pytorch
+    from strided.io.torch._pytorch import open_pytorch
 
     spent = {}
     for label, char in (("ascii", "k"), ("bmp", "\u4e00"), ("astral", "\U0001f600")):

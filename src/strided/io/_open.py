@@ -33,16 +33,14 @@ from ._detect import (
 from ._reader import Reader, TensorsReader
 from ._readers import DcpReader, GGUFReader, NpzReader, PyTorchReader, SafetensorsReader
 from ._zip import DEFLATED, STORED, read_zip
-from .dcp import open_dcp
 from .gguf import folder_first_part, open_gguf_charged, open_split
 from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
 from .pickle import judge_log, object_pickle_start, record_pickle
-from .pytorch import open_pytorch
 from .remote import RemoteStorage, open_remote, remote_gguf, remote_safetensors
 from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
-from .torchscript import is_torchscript, open_torchscript
+from .torch import is_torchscript, open_dcp, open_pytorch, open_torchscript
 
 __all__ = ["OPENERS", "Opener", "open_detected", "open_url"]
 

@@ -16,11 +16,10 @@ from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
 from ._reader import Reader, TensorInfo, plain_len
 from ._safetensors_header import DTYPE_BITS
-from .dcp import DcpFile
 from .gguf import DEQUANTIZABLE, GGML_TYPES, GGUFFile, SplitGGUF
 from .npz import NpzFile
-from .pytorch import PyTorchFile
 from .safetensors import SafetensorsFile
+from .torch import DcpFile, PyTorchFile
 
 __all__ = ["DcpReader", "GGUFReader", "NpzReader", "PyTorchReader", "SafetensorsReader"]
 

@@ -35,11 +35,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.dtype import DType
-from .._core.errors import DataError, FormatError, LimitError
-from .._core.limits import check_dims
-from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
-from .pickle import GLOBALS, Global, Machine, Record, TorchSize, describe
+from ..._core.dtype import DType
+from ..._core.errors import DataError, FormatError, LimitError
+from ..._core.limits import check_dims
+from .._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
+from ..pickle import GLOBALS, Global, Machine, Record, TorchSize, describe
 
 __all__ = [
     "DCP_GLOBALS",

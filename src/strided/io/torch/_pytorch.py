@@ -59,16 +59,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.errors import FormatError, IndexingError
-from .._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
-from .._core.memory import guard_function, guard_methods
-from .._core.shape import Shape
-from .._core.storage import seal
-from .._tensor.construct import shaped
-from .._tensor.tensor import Tensor
-from ._budget import ParseBudget
-from ._common import (
+from ..._core.dtype import DType
+from ..._core.errors import FormatError, IndexingError
+from ..._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
+from ..._core.memory import guard_function, guard_methods
+from ..._core.shape import Shape
+from ..._core.storage import seal
+from ..._tensor.construct import shaped
+from ..._tensor.tensor import Tensor
+from .._budget import ParseBudget
+from .._common import (
     PathLike,
     TensorNames,
     file_size,
@@ -79,9 +79,9 @@ from ._common import (
     open_regular,
     tensor_of,
 )
-from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
-from ._zip import ZipMember, read_zip, stored_bytes
-from .pickle import (
+from .._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
+from .._zip import ZipMember, read_zip, stored_bytes
+from ..pickle import (
     GLOBALS,
     ArrayRef,
     Global,
