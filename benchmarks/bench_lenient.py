@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strided.io.pytorch import open_pytorch
+from strided.io.torch._pytorch import open_pytorch
 
 from ._harness import Row, optional, touched
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from strided.io.pytorch import open_pytorch
+from strided.io.torch._pytorch import open_pytorch
 
 from ._harness import Row, optional
 

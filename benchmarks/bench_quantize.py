@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from strided.io._quantize import quantize
+from strided.io.gguf._quantize import quantize
 
 from ._harness import Row, optional
 

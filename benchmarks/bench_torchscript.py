@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strided.io.torchscript import open_torchscript
+from strided.io.torch._torchscript import open_torchscript
 
 from ._harness import Row, optional
 

@@ -302,7 +302,7 @@ def test_inspect_equals_inspecting_the_dequantized_tensor(
 def test_inspect_decodes_only_the_sampled_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from strided.io import _ggml
+    from strided.io.gguf import _ggml
 
     blocks = np.random.default_rng(3).integers(0, 256, (512, 4 * 210), dtype=np.uint8)
     path = write_gguf(tmp_path / "q.gguf", lambda w: w.add_tensor("q", blocks, raw_dtype=Q.Q6_K))

@@ -571,7 +571,7 @@ def test_crafted_file_raises_its_typed_error_without_allocating(
 
 
 def test_too_many_metadata_values(tmp_path: Path) -> None:
-    from strided.io.gguf import MAX_METADATA_VALUES
+    from strided.io.gguf._file import MAX_METADATA_VALUES
 
     count = MAX_METADATA_VALUES + 1
     path = tmp_path / "many.gguf"

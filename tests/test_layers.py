@@ -185,7 +185,7 @@ DOOR_IO = frozenset(
         "strided.io._budget",
         "strided.io._common",
         "strided.io._http",
-        "strided.io._pickle_verdicts",
+        "strided.io.pickle",
     }
 )
 FORMAT_NAMES = frozenset(

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided.io._pickle_verdicts import verdict
-from strided.io.pytorch import open_pytorch
+from strided.io.pickle._verdicts import verdict
+from strided.io.torch._pytorch import open_pytorch
 from tests.budgetchild import opened_in_child
 from tests.test_pickle_hostile import (
     MARK,

@@ -58,7 +58,7 @@ def _write_model(folder: Path) -> None:
 _CHILD = """
 import sys, tracemalloc
 import strided as st
-import strided.jobs._save, strided.jobs._merge, strided.jobs._gguf_export, strided.io.gguf_write
+import strided.jobs._save, strided.jobs._merge, strided.jobs._gguf_export, strided.io.gguf
 folder, kind, writer, dtype = sys.argv[1:5]
 dtype = None if dtype == "-" else dtype
 if kind == "lora":

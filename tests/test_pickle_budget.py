@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import strided as st
-from strided.io import _pickle
 from strided.io._budget import ParseBudget
-from strided.io.pytorch import load_pytorch, open_pytorch
+from strided.io.pickle import _machine as _pickle
+from strided.io.torch._pytorch import load_pytorch, open_pytorch
 
 from .test_pickle_hostile import MARK, PROTO2, STOP, as_legacy, as_zip, glob, num, run, text
 
@@ -47,7 +47,7 @@ def child(code: str, *args: str, timeout: float = 300) -> dict[str, Any]:
 OPEN_MEASURED = """
     import json, resource, sys, time, tracemalloc
     import strided as st
-    from strided.io.pytorch import open_pytorch
+    from strided.io.torch._pytorch import open_pytorch
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a runaway fails, not the host
     tracemalloc.start()
     started = time.process_time()
@@ -140,8 +140,8 @@ def int_set(keys: list[int]) -> bytes:
 
 TIMED_RUNS = """
     import json, sys, time
-    from strided.io._pickle import interpret
-    from strided.io.pytorch import open_pytorch
+    from strided.io.pickle._machine import interpret
+    from strided.io.torch._pytorch import open_pytorch
     def cpu(payload):
         started = time.process_time()
         interpret(memoryview(payload), 0, "payload", {})

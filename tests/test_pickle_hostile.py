@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided.io import _pickle
-from strided.io._pickle import interpret
-from strided.io._pickle_data import IntKey, PickledSet, TorchSize
-from strided.io.pytorch import load_pytorch, open_pytorch
+from strided.io.pickle import _machine as _pickle
+from strided.io.pickle._data import IntKey, PickledSet, TorchSize
+from strided.io.pickle._machine import interpret
+from strided.io.torch._pytorch import load_pytorch, open_pytorch
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "strided" / "io"
 PROTO2 = b"\x80\x02"
@@ -709,7 +709,13 @@ FORBIDDEN_CALLS = {
 
 @pytest.mark.parametrize(
     "module",
-    ["_pickle.py", "_pickle_ops.py", "_pickle_globals.py", "_pickle_data.py", "pytorch.py"],
+    [
+        "pickle/_machine.py",
+        "pickle/_ops.py",
+        "pickle/_globals.py",
+        "pickle/_data.py",
+        "torch/_pytorch.py",
+    ],
 )
 def test_reader_source_imports_and_calls_nothing_dynamic(module: str) -> None:
     tree = ast.parse((SRC / module).read_text())

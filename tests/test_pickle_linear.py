@@ -50,7 +50,7 @@ def shared_child_payload(parents: int, buffers: int) -> bytes:
 COUNTED_OPEN = """
 import json, sys, tracemalloc
 import strided as st
-from strided.io import _pickle_walk as walk
+from strided.io.pickle import _walk as walk
 
 work = {"names": 0, "entries": 0}
 real_names, real_children = walk._names, walk._module_children
@@ -91,7 +91,7 @@ def test_a_shared_child_module_is_sorted_out_once(tmp_path: Path) -> None:
 TIMED_DECLARATIONS = """
 import json, sys, time
 from strided.io._budget import ParseBudget
-from strided.io._torchscript_code import declarations
+from strided.io.torch._torchscript_code import declarations
 
 def code(count):
     names = "".join(f'"p{index}", ' for index in range(count))
@@ -141,7 +141,7 @@ def shared_script_payload(parents: int, attributes: int) -> bytes:
 COUNTED_SCRIPT = """
 import json, sys, tracemalloc
 import strided as st
-from strided.io import torchscript
+from strided.io.torch import _torchscript as torchscript
 
 calls = [0]
 real = torchscript._Walk.module_class

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import strided as st
-from strided.io._pickle import interpret
-from strided.io._pickle_data import Record
+from strided.io.pickle._data import Record
+from strided.io.pickle._machine import interpret
 
 
 @dataclass

@@ -28,9 +28,9 @@ from hypothesis import strategies as hs
 
 import strided as st
 from strided.io._budget import ParseBudget
-from strided.io._pickle import interpret
-from strided.io._pickle_numpy import ArrayRef, array_values
-from strided.io._pickle_walk import flatten as _flatten
+from strided.io.pickle._machine import interpret
+from strided.io.pickle._numpy import ArrayRef, array_values
+from strided.io.pickle._walk import flatten as _flatten
 
 from .test_pickle_budget import P61, child, cpu_seconds
 from .test_pickle_hostile import MARK, PROTO2, STOP, as_legacy, call, glob, num, run, text, tup

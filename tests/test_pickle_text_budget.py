@@ -23,7 +23,7 @@ from hypothesis import strategies as hs
 
 import strided as st
 from strided.io._budget import TEXT_BYTES, char_bytes, text_bytes
-from strided.io._pickle_data import data_key, key_bytes
+from strided.io.pickle._data import data_key, key_bytes
 from tests.budgetchild import opened_in_child
 from tests.test_pickle_hostile import MARK, PROTO2, STOP, as_zip, glob, text
 from tests.zipcraft import Entry, build
@@ -179,7 +179,7 @@ def test_an_astral_key_named_180000_times_stays_within_the_budget(tmp_path: Path
 
 def test_astral_names_are_charged_four_bytes_a_character(tmp_path: Path) -> None:
     from strided.io._budget import ParseBudget
-    from strided.io.pytorch import open_pytorch
+    from strided.io.torch._pytorch import open_pytorch
 
     spent = {}
     for label, char in (("ascii", "k"), ("bmp", "\u4e00"), ("astral", "\U0001f600")):

@@ -18,7 +18,7 @@ import pytest
 
 import strided as st
 from strided.io._budget import ParseBudget
-from strided.io.pytorch import PyTorchFile, load_pytorch, open_pytorch
+from strided.io.torch._pytorch import PyTorchFile, load_pytorch, open_pytorch
 
 torch = pytest.importorskip("torch")
 
@@ -482,7 +482,7 @@ def test_bad_indexes_are_refused(tmp_path: Path, change: Any, message: str) -> N
 
 
 def test_a_name_in_two_shards_is_refused(tmp_path: Path) -> None:
-    from strided.io.pytorch import _Shard
+    from strided.io.torch._pytorch import _Shard
 
     first = save({"w": torch.ones(2), "x": torch.ones(1)}, tmp_path / "a.bin")
     second = save({"w": torch.zeros(2)}, tmp_path / "b.bin")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import strided as st
-from strided.io.pytorch import open_pytorch
+from strided.io.torch._pytorch import open_pytorch
 
 from .test_pytorch import rewrite_zip, save, strided_bytes, torch_bytes
 
@@ -68,7 +68,7 @@ def test_expand_reads_as_torch_reads_it(tmp_path: Path, fmt: str, count: int) ->
 EXPANDED = """
     import json, resource, sys, tracemalloc
     import strided as st
-    from strided.io.pytorch import open_pytorch
+    from strided.io.torch._pytorch import open_pytorch
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # expanding would need 32 GiB
     tracemalloc.start()  # NumPy's buffers included
     checkpoint = st.open_checkpoint(sys.argv[1])
@@ -122,7 +122,7 @@ def big_endian(little: Path, target: Path, itemsize: int) -> Path:
 ONE_BY_ONE = """
     import json, sys, tracemalloc
     import numpy as np
-    from strided.io import pytorch
+    from strided.io.torch import _pytorch as pytorch
     pytorch.SWAPPED_CACHE_BYTES = int(sys.argv[2])
     opened = pytorch.open_pytorch(sys.argv[1])
     firsts = []

@@ -25,8 +25,8 @@ from gguf.constants import GGML_QUANT_SIZES
 from hypothesis import assume, given, settings
 
 from strided import DTypeError, RangeError, ShapeError
-from strided.io import _ggml
-from strided.io._quantize import FLOAT_TYPES, QUANTIZABLE, block_size, quantize, row_bytes
+from strided.io.gguf import _ggml
+from strided.io.gguf._quantize import FLOAT_TYPES, QUANTIZABLE, block_size, quantize, row_bytes
 from tests.gguf_oracle import F16_FIELDS
 from tests.gguf_oracle import scale_overflows as oracle_overflows
 
@@ -443,7 +443,7 @@ def test_bad_arguments(rows: Any, kind: str, error: type[Exception], text: str) 
 _CHILD = """
 import sys, tracemalloc
 import numpy as np
-from strided.io._quantize import quantize
+from strided.io.gguf._quantize import quantize
 kind = sys.argv[1]
 rows = np.ones((4096, 4096), dtype=np.float32)  # 64 MiB
 rows[::3] = -0.5

@@ -19,7 +19,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from hypothesis import given, settings
 
 import strided as st
-from strided.io import _ggml, _iq_grids, _quants
+from strided.io.gguf import _ggml, _iq_grids, _quants
 
 Q = gguf.GGMLQuantizationType
 TYPES = (

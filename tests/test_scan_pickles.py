@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 import strided as st
-from strided.io._pickle_globals import GLOBALS
-from strided.io._pickle_verdicts import verdict
+from strided.io.pickle._globals import GLOBALS
+from strided.io.pickle._verdicts import verdict
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.checkpoint")

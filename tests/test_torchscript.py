@@ -22,7 +22,7 @@ import pytest
 
 import strided as st
 from strided import FormatError, LimitError
-from strided.io.torchscript import is_torchscript, open_torchscript
+from strided.io.torch._torchscript import is_torchscript, open_torchscript
 
 from .budgetchild import opened_in_child
 from .zipcraft import Entry, bomb, build

@@ -4,8 +4,8 @@ PyTorch checkpoints."""
 from .gguf import GGUFFile, open_gguf
 from .npy import load_npy, save_npy
 from .npz import NpzFile, load_npz, open_npz
-from .pytorch import PyTorchFile, load_pytorch, open_pytorch
 from .safetensors import SafetensorsFile, load_safetensors, open_safetensors, save_safetensors
+from .torch import PyTorchFile, load_pytorch, open_pytorch
 
 __all__ = [
     "GGUFFile",

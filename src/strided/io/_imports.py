@@ -10,7 +10,7 @@ what was named when the pickle, or the whole open, fails afterwards. That is wha
 ``label`` names the pickle inside the checkpoint: a zip member (``archive/data.pkl``),
 a ``.npz`` member (``x.npy``), a distributed checkpoint's ``.metadata`` or item
 (``__0_0.distcp:optim.state``), or the file itself for a bare pickle. ``table`` is the
-allow-list the pickle is read with: what it holds is data (``_pickle_verdicts``).
+allow-list the pickle is read with: what it holds is data (``pickle._verdicts``).
 A pickle the open leaves unread (too large to inflate for a scan) is noted with
 ``skipped(label, reason)``, so a scan never takes silence for safety.
 """

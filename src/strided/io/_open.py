@@ -30,21 +30,17 @@ from ._detect import (
     folder_format,
     matching,
 )
-from ._object_pickles import object_pickle_start, record_pickle
-from ._pickle_verdicts import judge_log
 from ._reader import Reader, TensorsReader
 from ._readers import DcpReader, GGUFReader, NpzReader, PyTorchReader, SafetensorsReader
 from ._zip import DEFLATED, STORED, read_zip
-from .dcp import open_dcp
-from .gguf import open_gguf_charged
-from .gguf_split import folder_first_part, open_split
+from .gguf import folder_first_part, open_gguf_charged, open_split
 from .npy import HEAD_BYTES as NPY_HEAD_BYTES
 from .npy import load_npy
 from .npz import open_npz
-from .pytorch import open_pytorch
+from .pickle import judge_log, object_pickle_start, record_pickle
 from .remote import RemoteStorage, open_remote, remote_gguf, remote_safetensors
 from .safetensors import SafetensorsFile, _index_shards, _Shard, open_safetensors
-from .torchscript import is_torchscript, open_torchscript
+from .torch import is_torchscript, open_dcp, open_pytorch, open_torchscript
 
 __all__ = ["OPENERS", "Opener", "open_detected", "open_url"]
 
@@ -54,7 +50,7 @@ _FIRST_KEY_BYTES = 4096  # whitespace allowed before an index's first key
 
 
 def _open_gguf(where: str, copy: bool, budget: ParseBudget, lenient: bool) -> Reader:
-    # The first part of a split model opens every part (``gguf_split``).
+    # The first part of a split model opens every part (``gguf._split``).
     return GGUFReader(where, open_split(open_gguf_charged(where, copy, budget), copy, budget))
 
 

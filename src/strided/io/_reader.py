@@ -19,7 +19,7 @@ from .._core.errors import DTypeError
 from .._core.shape import Shape
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
-from ._pickle_verdicts import PickleImport
+from .pickle import PickleImport
 
 __all__ = ["Reader", "TensorInfo", "TensorsReader", "plain_len"]
 

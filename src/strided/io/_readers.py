@@ -14,15 +14,12 @@ from typing import Any
 
 from .._tensor.inspect import TensorInspection, TensorInspectionOptions
 from .._tensor.tensor import Tensor
-from ._ggml import DEQUANTIZABLE, GGML_TYPES
 from ._reader import Reader, TensorInfo, plain_len
 from ._safetensors_header import DTYPE_BITS
-from .dcp import DcpFile
-from .gguf import GGUFFile
-from .gguf_split import SplitGGUF
+from .gguf import DEQUANTIZABLE, GGML_TYPES, GGUFFile, SplitGGUF
 from .npz import NpzFile
-from .pytorch import PyTorchFile
 from .safetensors import SafetensorsFile
+from .torch import DcpFile, PyTorchFile
 
 __all__ = ["DcpReader", "GGUFReader", "NpzReader", "PyTorchReader", "SafetensorsReader"]
 

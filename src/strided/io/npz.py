@@ -63,7 +63,6 @@ from ._common import (
     map_file,
     open_regular,
 )
-from ._object_pickles import object_pickle_start, record_pickle
 from ._zip import (
     DEFLATED,
     STORED,
@@ -82,6 +81,7 @@ from .npy import (
     npy_tensor,
     parse_npy_header,
 )
+from .pickle import object_pickle_start, record_pickle
 
 __all__ = ["NpzFile", "load_npz", "open_npz"]
 

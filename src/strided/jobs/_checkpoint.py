@@ -35,8 +35,8 @@ from ..io._budget import ParseBudget
 from ..io._common import label
 from ..io._http import is_url
 from ..io._open import open_detected, open_url
-from ..io._pickle_verdicts import PickleImport
 from ..io._reader import Reader, TensorInfo
+from ..io.pickle import PickleImport
 from ._metadata_text import metadata_digest, shown, type_text
 from ._unreadable import unreadable_error
 

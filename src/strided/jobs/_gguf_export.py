@@ -31,17 +31,18 @@ from .._kernels.convert import convert_array
 from .._kernels.pieces import pieces
 from .._tensor.tensor import Tensor
 from ..io._common import PathLike, fsync_path, label
-from ..io._quantize import QUANTIZABLE, quantize
 from ..io._reader import TensorsReader
 from ..io._shards import OutputFile, Sweeper, check_file_target, naming
-from ..io.gguf_split import part_name
-from ..io.gguf_write import (
+from ..io.gguf import (
     GGML_BY_NAME,
+    QUANTIZABLE,
     GGUFLayout,
     KeyValue,
     alignment_of,
     encode_kv,
     gguf_layout,
+    part_name,
+    quantize,
 )
 from ._checkpoint import Checkpoint, has_dtype
 from ._export import _convert_distinct

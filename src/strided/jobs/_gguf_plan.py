@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._core.dtype import DType
 from .._core.errors import DTypeError, FormatError
-from ..io._ggml import DEQUANTIZABLE, ZERO_COPY
-from ..io.gguf_write import (
+from ..io.gguf import (
     BLOCK_TYPES,
+    DEQUANTIZABLE,
     FILE_TYPES,
     GGML_BY_NAME,
+    ZERO_COPY,
     KeyValue,
     TensorSpec,
     stored_bytes,

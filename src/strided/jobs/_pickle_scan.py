@@ -19,8 +19,7 @@ from .._core.terminal import with_path
 from ..io._budget import ParseBudget
 from ..io._common import label
 from ..io._http import is_url
-from ..io._object_pickles import record_unrecognized
-from ..io._pickle_verdicts import PickleImport, judge_log
+from ..io.pickle import PickleImport, judge_log, record_unrecognized
 from ._checkpoint import open_checkpoint, open_local
 
 __all__ = ["PickleScan", "ScanReport", "ScannedFile", "scan", "scan_pickles"]

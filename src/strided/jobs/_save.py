@@ -30,7 +30,7 @@ from .._core.memory import guard_function
 from .._tensor.tensor import Tensor
 from ..io._http import is_url
 from ..io._shards import parse_size, write_file
-from ..io.gguf_write import KeyValue
+from ..io.gguf import KeyValue
 from ..io.npy import npy_writer
 from ..io.safetensors import _checked_metadata
 from ..io.safetensors import save_safetensors as _save_tensors

@@ -39,8 +39,7 @@ from ..io._common import file_size, label, map_file, open_regular
 from ..io._detect import HEAD_BYTES, detect
 from ..io._safetensors_header import MAX_HEADER_BYTES, parse_header
 from ..io._shards import write_file
-from ..io.gguf import _Reader, parse_gguf
-from ..io.gguf_write import TensorSpec, alignment_of, encode_kv, tensor_info
+from ..io.gguf import TensorSpec, _Reader, alignment_of, encode_kv, parse_gguf, tensor_info
 from ._gguf_keys import known_types
 from ._gguf_text import parsed_text
 

@@ -18,7 +18,7 @@ import numpy as np
 from .._core.dtype import DType
 from .._core.errors import DTypeError
 from .._kernels.pieces import pieces
-from ..io._ggml import DEQUANTIZABLE, GGML_TYPES, dequantize
+from ..io.gguf import DEQUANTIZABLE, GGML_TYPES, dequantize
 from ._checkpoint import has_dtype
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.shape import Shape
-from .._tensor.inspect import (
+from ..._core.dtype import DType
+from ..._core.shape import Shape
+from ..._tensor.inspect import (
     TensorInspection,
     TensorInspectionOptions,
     inspection,

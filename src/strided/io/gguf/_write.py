@@ -26,11 +26,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._core.errors import FormatError, LimitError, ShapeError
-from .._core.limits import MAX_GGUF_DIMS, MAX_GGUF_KEY_BYTES, MAX_GGUF_NAME_BYTES
-from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
-from .._core.shape import Shape
-from .._core.stored_float import StoredFloat, StoredFloatList
+from ..._core.errors import FormatError, LimitError, ShapeError
+from ..._core.limits import MAX_GGUF_DIMS, MAX_GGUF_KEY_BYTES, MAX_GGUF_NAME_BYTES
+from ..._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
+from ..._core.shape import Shape
+from ..._core.stored_float import StoredFloat, StoredFloatList
 from ._ggml import GGML_TYPES, GGMLType
 from ._quantize import QUANTIZABLE
 

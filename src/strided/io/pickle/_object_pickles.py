@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import os
 
-from .._core.errors import DataError, FormatError
-from ._budget import ParseBudget
-from ._common import file_size, map_file, open_regular
-from ._detect import HEAD_BYTES, matching
-from ._pickle import interpret
-from ._pickle_globals import GLOBALS
-from .npy import _literal as literal
+from ..._core.errors import DataError, FormatError
+from .._budget import ParseBudget
+from .._common import file_size, map_file, open_regular
+from .._detect import HEAD_BYTES, matching
+from ..npy import _literal as literal
+from ._globals import GLOBALS
+from ._machine import interpret
 
 __all__ = ["object_pickle_start", "record_pickle", "record_unrecognized"]
 

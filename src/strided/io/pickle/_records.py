@@ -20,12 +20,12 @@ from __future__ import annotations
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from typing import TYPE_CHECKING, Any
 
-from ._budget import ITEM_BYTES, OBJECT_BYTES, text_bytes
-from ._pickle_data import Global, Record, describe
-from ._pickle_globals import UNSUPPORTED
+from .._budget import ITEM_BYTES, OBJECT_BYTES, text_bytes
+from ._data import Global, Record, describe
+from ._globals import UNSUPPORTED
 
 if TYPE_CHECKING:
-    from ._pickle import Machine
+    from ._machine import Machine
 
 __all__ = ["build_record", "call_record", "extend_record", "resolve", "set_record_items"]
 

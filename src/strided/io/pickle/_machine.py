@@ -2,13 +2,13 @@
 
 A ``torch.save`` file holds a pickle, which is a program for a stack machine; running
 it with Python's unpickler imports and calls whatever it names. This machine runs the
-opcodes itself (their handlers are in ``_pickle_ops``) and never imports, looks up or
+opcodes itself (their handlers are in ``_ops``) and never imports, looks up or
 calls anything a file names. It builds only plain data -- ``dict``,
 ``collections.OrderedDict``, ``list``, ``tuple``, ``str``, ``bytes``, ``int``,
-``float``, ``bool``, ``None`` and ordered sets -- plus the records of ``_pickle_data``
-(dict keys other than str become ``DataKey``s), ``_pickle_numpy`` (NumPy arrays and
-dtypes) and ``_pickle_builtins`` (dict-like objects held as dicts), and knows only the
-closed table of globals in ``_pickle_globals``, each understood as data.
+``float``, ``bool``, ``None`` and ordered sets -- plus the records of ``_data``
+(dict keys other than str become ``DataKey``s), ``_numpy`` (NumPy arrays and
+dtypes) and ``_builtins`` (dict-like objects held as dicts), and knows only the
+closed table of globals in ``_globals``, each understood as data.
 
 A persistent id may only be a storage tuple ``('storage', type, key, location, numel)``
 (the legacy format adds a ``None``); it becomes a ``StorageRef`` whose bytes the reader
@@ -28,7 +28,7 @@ containers and their slots, memo entries, records) is charged to the open's
 Time is linear in the bytes read: a protocol 0 text argument is found by scanning for
 its newline in place (never copying the rest of the input), nothing recurses on the
 input's structure, and no dict or set is keyed by a value whose hash the file chooses
-(see ``_pickle_data``).
+(see ``_data``).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.errors import DataError, FormatError, LimitError
-from .._core.limits import MAX_PICKLE_LINE as _MAX_LINE
-from .._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
-from .._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
-from .._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
-from ._budget import OBJECT_BYTES, ParseBudget
-from ._pickle_data import DataKey, Global, StorageRef, data_key, describe, key_bytes
-from ._pickle_globals import GLOBALS
-from ._pickle_ops import HANDLERS, NAMES, REFUSED, stop
+from ..._core.errors import DataError, FormatError, LimitError
+from ..._core.limits import MAX_PICKLE_LINE as _MAX_LINE
+from ..._core.limits import MAX_PICKLE_MARKS as MAX_MARKS
+from ..._core.limits import MAX_PICKLE_MEMO as MAX_MEMO
+from ..._core.limits import MAX_PICKLE_OPCODES as MAX_OPCODES
+from .._budget import OBJECT_BYTES, ParseBudget
+from ._data import DataKey, Global, StorageRef, data_key, describe, key_bytes
+from ._globals import GLOBALS
+from ._ops import HANDLERS, NAMES, REFUSED, stop
 
 __all__ = ["MAX_MARKS", "MAX_MEMO", "MAX_OPCODES", "Machine", "interpret"]
 

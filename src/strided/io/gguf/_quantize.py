@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError, RangeError, ShapeError
+from ..._core.errors import DTypeError, RangeError, ShapeError
 from ._ggml import GGML_TYPES, GGMLType
 from ._quantize_blocks import KERNELS, NonFinite, ScaleOverflow, Scratch
 

@@ -2,7 +2,7 @@
 
 A DCP folder holds a pickle, ``.metadata`` (protocol 4), describing every item of the
 state dict, and one or more ``*.distcp`` files holding the items' bytes. The pickle is
-run by the interpreter of ``_pickle`` with the allow-list of torch checkpoints plus the
+run by the interpreter of ``pickle._machine`` with the allow-list of torch checkpoints plus the
 few classes DCP writes, each made an inert record (never imported, never called):
 
 * ``Metadata`` (``state_dict_metadata``, ``planner_data``, ``storage_data``,
@@ -35,13 +35,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.dtype import DType
-from .._core.errors import DataError, FormatError, LimitError
-from .._core.limits import check_dims
-from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
-from ._pickle import Machine
-from ._pickle_data import Global, Record, TorchSize, describe
-from ._pickle_globals import GLOBALS
+from ..._core.dtype import DType
+from ..._core.errors import DataError, FormatError, LimitError
+from ..._core.limits import check_dims
+from .._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget
+from ..pickle import GLOBALS, Global, Machine, Record, TorchSize, describe
 
 __all__ = [
     "DCP_GLOBALS",

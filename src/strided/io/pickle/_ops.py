@@ -3,7 +3,7 @@
 ``HANDLERS[code]`` is the handler of opcode byte ``code`` (None for every opcode that
 is refused or unknown); ``NAMES`` names the opcodes for messages and ``REFUSED`` the
 ones that exist but can only create or call arbitrary objects. A handler reads its
-arguments through the ``Machine`` (``_pickle``), which checks every length against the
+arguments through the ``Machine`` (``_machine``), which checks every length against the
 bytes remaining, and charges what it builds to the machine's parse budget *before*
 building it: texts and bytes by their length, containers and their slots, set items,
 records. Values that cost no more than the few bytes that spelled them (a stack slot
@@ -19,18 +19,18 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core.dtype import DType
-from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_PICKLE_LONG_BYTES as _MAX_LONG_BYTES
-from .._core.limits import MAX_PICKLE_NUMBER_TEXT as _MAX_NUMBER_TEXT
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
-from ._pickle_builtins import DataDict, fill_set, set_dict_items
-from ._pickle_data import Global, PickledSet, Record, StorageRef, TensorRef, describe
-from ._pickle_numpy import ArrayRef, NumpyDType
-from ._pickle_records import build_record, call_record, extend_record, resolve, set_record_items
+from ..._core.dtype import DType
+from ..._core.errors import FormatError, LimitError
+from ..._core.limits import MAX_PICKLE_LONG_BYTES as _MAX_LONG_BYTES
+from ..._core.limits import MAX_PICKLE_NUMBER_TEXT as _MAX_NUMBER_TEXT
+from .._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
+from ._builtins import DataDict, fill_set, set_dict_items
+from ._data import Global, PickledSet, Record, StorageRef, TensorRef, describe
+from ._numpy import ArrayRef, NumpyDType
+from ._records import build_record, call_record, extend_record, resolve, set_record_items
 
 if TYPE_CHECKING:
-    from ._pickle import Machine
+    from ._machine import Machine
 
 __all__ = ["HANDLERS", "NAMES", "REFUSED", "SHARED_BYTES", "stop"]
 

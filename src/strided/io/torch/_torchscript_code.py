@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_TORCHSCRIPT_CODE_BYTES as MAX_CODE_BYTES
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget, text_bytes
-from ._zip import DEFLATED, ZipMember, inflate, stored_bytes
+from ..._core.errors import FormatError, LimitError
+from ..._core.limits import MAX_TORCHSCRIPT_CODE_BYTES as MAX_CODE_BYTES
+from .._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget, text_bytes
+from .._zip import DEFLATED, ZipMember, inflate, stored_bytes
 
 __all__ = ["MAX_CODE_BYTES", "ClassDecl", "CodeIndex", "declarations"]
 

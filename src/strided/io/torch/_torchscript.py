@@ -6,7 +6,7 @@ module objects), ``constants.pkl``, ``code/`` (each class as source text, deflat
 ``byteorder`` and ``version``. Loading it with torch compiles and runs ``code/``;
 strided reads it as data:
 
-* ``data.pkl`` is interpreted by ``_pickle`` with the allow-list of ``torch.save``
+* ``data.pkl`` is interpreted by ``pickle._machine`` with the allow-list of ``torch.save``
   files, plus ``torch.jit._pickle.build_{int,double,bool,tensor}list`` and
   ``restore_type_tag`` (each returns the value it is given), the typed storages
   TorchScript names for the element types ``torch.save`` stores untyped
@@ -29,13 +29,13 @@ strided reads it as data:
   storages must be stored uncompressed (FormatError otherwise); other members may be
   deflated and are not read, except the ``code/`` members of the classes reached.
   Tensors are zero-copy views of the mapped file, exactly as for a ``torch.save`` zip
-  (``pytorch._Shard`` does the viewing: storages, big-endian archives, negative bits).
+  (``_pytorch._Shard`` does the viewing: storages, big-endian archives, negative bits).
 
 Bad input is a FormatError naming the file: a declared parameter or buffer the object
 does not have, or that holds something other than a tensor or None; a module whose
 class the code does not declare, or whose state is not a dict of attributes (a class
 with ``__setstate__``: its state needs code); a module that contains itself; a name
-produced twice. The walk is bounded like ``pytorch._flatten``'s (names charged to the
+produced twice. The walk is bounded like ``_pytorch._flatten``'s (names charged to the
 budget, about two visits per pickle byte, nesting and name-length caps).
 """
 
@@ -45,19 +45,17 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from .._core.dtype import DType
-from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
-from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
-from .._core.memory import guard_function
-from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
-from ._common import PathLike, file_size, label, map_file, open_regular
-from ._pickle import interpret
-from ._pickle_data import Global, Record, StorageRef, TensorRef, describe
-from ._pickle_globals import GLOBALS
+from ..._core.dtype import DType
+from ..._core.errors import FormatError, LimitError
+from ..._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
+from ..._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
+from ..._core.memory import guard_function
+from .._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
+from .._common import PathLike, file_size, label, map_file, open_regular
+from .._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
+from ..pickle import GLOBALS, Global, Record, StorageRef, TensorRef, describe, interpret
+from ._pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 from ._torchscript_code import ClassDecl, CodeIndex
-from ._zip import DEFLATED, STORED, ZipMember, read_zip, stored_bytes
-from .pytorch import PyTorchFile, _archive_folder, _check_view, _Shard, storage_spans
 
 __all__ = ["TORCHSCRIPT_GLOBALS", "is_torchscript", "open_torchscript"]
 

@@ -1,7 +1,7 @@
 """PyTorch checkpoints (``torch.save`` files) read without running them.
 
 A ``torch.save`` file is a pickle program plus raw storage bytes. The pickle is
-interpreted as data by ``_pickle`` (nothing is imported or called); what it describes
+interpreted as data by ``pickle._machine`` (nothing is imported or called); what it describes
 is then checked against the bytes that are really there:
 
 * the zip format (torch >= 1.6): one top-level folder holding ``data.pkl``,
@@ -30,7 +30,7 @@ of every pickle and of the zip's central directory (and an index), and charged f
 every object the pickle builds and every dotted name and metadata leaf the walk makes,
 each time a shared (memoized) container is walked again.
 
-Names (``_pickle_walk``): tensors (and NumPy arrays, which are tensors too) anywhere
+Names (``pickle._walk``): tensors (and NumPy arrays, which are tensors too) anywhere
 inside nested dicts, lists and tuples (sets read as lists in sorted text order;
 Namespaces, AttributeDicts, defaultdicts and Counters as dicts) are named by the dotted
 path of keys (list items by their index, keys that are not str by their text: ``3``,
@@ -59,16 +59,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.errors import FormatError, IndexingError
-from .._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
-from .._core.memory import guard_function, guard_methods
-from .._core.shape import Shape
-from .._core.storage import seal
-from .._tensor.construct import shaped
-from .._tensor.tensor import Tensor
-from ._budget import ParseBudget
-from ._common import (
+from ..._core.dtype import DType
+from ..._core.errors import FormatError, IndexingError
+from ..._core.limits import MAX_SWAPPED_CACHE_BYTES as SWAPPED_CACHE_BYTES
+from ..._core.memory import guard_function, guard_methods
+from ..._core.shape import Shape
+from ..._core.storage import seal
+from ..._tensor.construct import shaped
+from ..._tensor.tensor import Tensor
+from .._budget import ParseBudget
+from .._common import (
     PathLike,
     TensorNames,
     file_size,
@@ -79,13 +79,20 @@ from ._common import (
     open_regular,
     tensor_of,
 )
-from ._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
-from ._pickle import interpret
-from ._pickle_data import Global, StorageRef, TensorRef, describe
-from ._pickle_globals import GLOBALS
-from ._pickle_numpy import ArrayRef, array_values
-from ._pickle_walk import Leaf, flatten
-from ._zip import ZipMember, read_zip, stored_bytes
+from .._detect import PICKLE_PROTO, TORCH_LEGACY_MAGIC, ZIP_MAGIC
+from .._zip import ZipMember, read_zip, stored_bytes
+from ..pickle import (
+    GLOBALS,
+    ArrayRef,
+    Global,
+    Leaf,
+    StorageRef,
+    TensorRef,
+    array_values,
+    describe,
+    flatten,
+    interpret,
+)
 
 __all__ = ["PyTorchFile", "load_pytorch", "open_pytorch"]
 
@@ -553,7 +560,7 @@ def open_pytorch(
     A global outside the allow-list is a FormatError naming it, unless ``lenient``:
     then it becomes an inert record, never imported or called, whose arguments and state
     are walked for tensors, and a pickled ``torch.nn.Module`` gives the names and
-    tensors of its ``state_dict()`` (see ``_pickle_walk``). Records are charged to the
+    tensors of its ``state_dict()`` (see ``pickle._walk``). Records are charged to the
     budget like everything else the pickle builds.
     """
     text = label(path)

@@ -6,7 +6,7 @@ strided never imports or calls what a pickle names; the verdict says what
 can judge a file before anyone loads it another way.
 
 * ``"data"``: strict mode understands the global as data (it is in the interpreter's
-  allow-list, ``_pickle_globals.GLOBALS``, or in the table a reader passes).
+  allow-list, ``_globals.GLOBALS``, or in the table a reader passes).
 * ``"dangerous"``: a callable that runs code, imports, or touches the system (files,
   processes, the network, the interpreter's own state), or a gadget that calls
   whatever it is handed. Judged by the table below, the one place it is written: whole
@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ._imports import ImportLog
-from ._pickle_data import Global
-from ._pickle_globals import GLOBALS
+from .._imports import ImportLog
+from ._data import Global
+from ._globals import GLOBALS
 
 __all__ = [
     "DANGEROUS_MODULES",

@@ -8,8 +8,8 @@ it; nothing else is ever resolved, and nothing here is imported or called:
   rebuild functions ``torch._utils._rebuild_tensor`` (before torch 0.4), ``_v2`` /
   ``_v3``, ``_rebuild_parameter`` (``_with_state``) and
   ``torch._tensor._rebuild_from_type_v2``; the data-only objects of
-  ``_pickle_builtins`` (sets, complex, bytes, paths, ``torch.device``, the layout) and
-  NumPy's arrays, dtypes and scalars (``_pickle_numpy``, under ``numpy.core`` and
+  ``_builtins`` (sets, complex, bytes, paths, ``torch.device``, the layout) and
+  NumPy's arrays, dtypes and scalars (``_numpy``, under ``numpy.core`` and
   NumPy 2's ``numpy._core``);
 * classes that ``REDUCE`` or ``NEWOBJ`` make (``argparse.Namespace``, Lightning's
   ``AttributeDict`` in any module of its packages, ``collections.defaultdict`` and
@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core.dtype import DType
-from .._core.errors import FormatError
-from ._pickle_builtins import (
+from ..._core.dtype import DType
+from ..._core.errors import FormatError
+from ._builtins import (
     DICT_CLASSES,
     FACTORIES,
     PATH_CLASSES,
@@ -47,17 +47,17 @@ from ._pickle_builtins import (
     path_text,
     rebuild_from_type,
 )
-from ._pickle_data import (
+from ._data import (
     Global,
     rebuild_legacy_tensor,
     rebuild_parameter,
     rebuild_tensor,
     torch_size,
 )
-from ._pickle_numpy import ML_DTYPES, ML_UNSUPPORTED, frombuffer, make_dtype, reconstruct, scalar
+from ._numpy import ML_DTYPES, ML_UNSUPPORTED, frombuffer, make_dtype, reconstruct, scalar
 
 if TYPE_CHECKING:
-    from ._pickle import Machine
+    from ._machine import Machine
 
 __all__ = ["GLOBALS", "UNSUPPORTED", "GlobalTable"]
 

@@ -30,21 +30,21 @@ from typing import Any
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.errors import DTypeError, FormatError, IndexingError, LimitError
-from .._core.limits import MAX_GGUF_DIMS as _MAX_DIMS
-from .._core.limits import MAX_GGUF_HEADER_FETCH as MAX_HEADER_FETCH
-from .._core.limits import MAX_GGUF_KEY_BYTES as _MAX_KEY_BYTES
-from .._core.limits import MAX_GGUF_METADATA_VALUES as MAX_METADATA_VALUES
-from .._core.limits import MAX_GGUF_NAME_BYTES as _MAX_NAME_BYTES
-from .._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
-from .._core.memory import guard_function, guard_methods
-from .._core.shape import Shape
-from .._core.stored_float import F32Float, StoredFloatList
-from .._tensor.inspect import TensorInspection, TensorInspectionOptions, checked_options
-from .._tensor.tensor import Tensor
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
-from ._common import (
+from ..._core.dtype import DType
+from ..._core.errors import DTypeError, FormatError, IndexingError, LimitError
+from ..._core.limits import MAX_GGUF_DIMS as _MAX_DIMS
+from ..._core.limits import MAX_GGUF_HEADER_FETCH as MAX_HEADER_FETCH
+from ..._core.limits import MAX_GGUF_KEY_BYTES as _MAX_KEY_BYTES
+from ..._core.limits import MAX_GGUF_METADATA_VALUES as MAX_METADATA_VALUES
+from ..._core.limits import MAX_GGUF_NAME_BYTES as _MAX_NAME_BYTES
+from ..._core.limits import MAX_GGUF_STRING_BYTES as MAX_STRING_BYTES
+from ..._core.memory import guard_function, guard_methods
+from ..._core.shape import Shape
+from ..._core.stored_float import F32Float, StoredFloatList
+from ..._tensor.inspect import TensorInspection, TensorInspectionOptions, checked_options
+from ..._tensor.tensor import Tensor
+from .._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES, ParseBudget
+from .._common import (
     PathLike,
     TensorNames,
     checked_shape,
@@ -54,11 +54,11 @@ from ._common import (
     open_regular,
     tensor_of,
 )
-from ._detect import GGUF_MAGIC
+from .._detect import GGUF_MAGIC
+from .._storage import MappedStorage, Storage
 from ._ggml import DEQUANTIZABLE, GGML_TYPES, ZERO_COPY, GGMLType
 from ._ggml import dequantize as dequantize_blocks
 from ._quant_inspect import quantized_inspection
-from ._storage import MappedStorage, Storage
 
 __all__ = [
     "MAX_HEADER_FETCH",

@@ -17,7 +17,7 @@ The rules here only check what the file says and hold it:
 * ``ArrayRef``: an array's dtype, dims, order and raw bytes, validated before anything
   views them (the dtype allow-list, the dims against the limits, the byte length equal
   to dims x itemsize, with Python ints). ``array_values`` then views the bytes (zero-copy
-  when they are a read-only view of the pickle; see ``_pickle_ops``' bytes opcodes),
+  when they are a read-only view of the pickle; see ``_ops``' bytes opcodes),
   converting big-endian ones on copy; Fortran-ordered bytes give the right logical
   values (a transposed view).
 * ``scalar``: the exact plain Python number (a bool as a bool, an int as an int, an
@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.errors import DataError, FormatError, LimitError
-from .._core.limits import check_dims
-from .._core.storage import seal
-from .._core.stored_float import stored_float
-from ._budget import OBJECT_BYTES
-from ._pickle_data import Global, describe
+from ..._core.dtype import DType
+from ..._core.errors import DataError, FormatError, LimitError
+from ..._core.limits import check_dims
+from ..._core.storage import seal
+from ..._core.stored_float import stored_float
+from .._budget import OBJECT_BYTES
+from ._data import Global, describe
 
 if TYPE_CHECKING:
-    from ._pickle import Machine
+    from ._machine import Machine
 
 __all__ = [
     "ML_DTYPES",

@@ -52,19 +52,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
-from .._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
-from .._core.stored_float import STORED_FLOATS
-from ._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
-from ._pickle_data import Global, PickledSet, Record, TensorRef, TorchSize
-from ._pickle_numpy import ArrayRef, NumpyDType
+from ..._core.errors import FormatError, LimitError
+from ..._core.limits import MAX_PYTORCH_NAME as _MAX_NAME
+from ..._core.limits import MAX_PYTORCH_NESTING as _MAX_NESTING
+from ..._core.stored_float import STORED_FLOATS
+from .._budget import ITEM_BYTES, OBJECT_BYTES, ParseBudget, text_bytes
+from ._data import Global, PickledSet, Record, TensorRef, TorchSize
+from ._numpy import ArrayRef, NumpyDType
 
 __all__ = ["Leaf", "flatten"]
 
 Leaf = str | int | float | bool | list[int] | None
 
-# NumPy float scalars are floats that keep their stored type (``_pickle_numpy.scalar``).
+# NumPy float scalars are floats that keep their stored type (``_numpy.scalar``).
 _LEAVES = (type(None), bool, int, float, str, *STORED_FLOATS.values())
 _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
 _SETS = ("set", "frozenset")

@@ -40,28 +40,25 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import FormatError, IndexingError, LimitError
-from .._core.limits import MAX_PYTORCH_NESTING
-from .._core.memory import guard_function, guard_methods
-from .._core.shape import Shape
-from .._tensor.inspect import (
+from ..._core.errors import FormatError, IndexingError, LimitError
+from ..._core.limits import MAX_PYTORCH_NESTING
+from ..._core.memory import guard_function, guard_methods
+from ..._core.shape import Shape
+from ..._tensor.inspect import (
     TensorInspection,
     checked_options,
     inspection,
     sample_positions,
 )
-from .._tensor.tensor import Tensor
-from ._budget import ITEM_BYTES, ParseBudget
-from ._common import PathLike, TensorNames, file_size, label, map_file, open_regular
+from ..._tensor.tensor import Tensor
+from .._budget import ITEM_BYTES, ParseBudget
+from .._common import PathLike, TensorNames, file_size, label, map_file, open_regular
+from .._detect import DCP_METADATA, ZIP_MAGIC, matching
+from .._zip import read_zip, stored_bytes
+from ..pickle import GLOBALS, PickledSet, TensorRef, TorchSize, describe, flatten, interpret
 from ._dcp_grid import Grid
 from ._dcp_metadata import DCP_GLOBALS, Layout, Span, TensorEntry, read_layout
-from ._detect import DCP_METADATA, ZIP_MAGIC, matching
-from ._pickle import interpret
-from ._pickle_data import PickledSet, TensorRef, TorchSize, describe
-from ._pickle_globals import GLOBALS
-from ._pickle_walk import flatten
-from ._zip import read_zip, stored_bytes
-from .pytorch import _archive_folder, _may_overlap, _Shard
+from ._pytorch import _archive_folder, _may_overlap, _Shard
 
 __all__ = ["DcpFile", "open_dcp"]
 

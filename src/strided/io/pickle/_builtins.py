@@ -1,6 +1,6 @@
 """Standard-library and torch objects that only ever hold data, read as plain data.
 
-Each rule here stands for one global a pickle may name (``_pickle_globals`` lists them);
+Each rule here stands for one global a pickle may name (``_globals`` lists them);
 none of them is imported or called. They check their arguments and build the plain value
 a reader reports:
 
@@ -28,12 +28,12 @@ import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from .._core.errors import FormatError, LimitError
-from ._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
-from ._pickle_data import Global, PickledSet, TensorRef, describe, key_bytes
+from ..._core.errors import FormatError, LimitError
+from .._budget import ITEM_BYTES, OBJECT_BYTES, TEXT_BYTES
+from ._data import Global, PickledSet, TensorRef, describe, key_bytes
 
 if TYPE_CHECKING:
-    from ._pickle import Machine
+    from ._machine import Machine
 
 __all__ = [
     "DICT_CLASSES",

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.dtype import DType
-from .._core.errors import FormatError
+from ..._core.dtype import DType
+from ..._core.errors import FormatError
 from ._quants import KERNELS as BASIC_KERNELS
 from ._quants import Kernel
 from ._quants_iq import KERNELS as IQ_KERNELS

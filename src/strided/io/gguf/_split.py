@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import FormatError, IndexingError
-from .._core.memory import guard_methods
-from .._core.shape import Shape
-from .._tensor.inspect import TensorInspection, TensorInspectionOptions
-from .._tensor.tensor import Tensor
-from ._budget import ParseBudget
-from ._common import TensorNames
-from .gguf import GGUFFile, open_gguf_charged
+from ..._core.errors import FormatError, IndexingError
+from ..._core.memory import guard_methods
+from ..._core.shape import Shape
+from ..._tensor.inspect import TensorInspection, TensorInspectionOptions
+from ..._tensor.tensor import Tensor
+from .._budget import ParseBudget
+from .._common import TensorNames
+from ._file import GGUFFile, open_gguf_charged
 
 __all__ = ["SPLIT_KEYS", "SplitGGUF", "folder_first_part", "open_split", "part_name", "part_of"]
 

@@ -22,12 +22,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._core.dtype import DType
-from .._core.errors import DataError, FormatError, LimitError
-from .._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
-from .._core.limits import check_dims
-from .._core.stored_float import StoredFloat
-from ._budget import OBJECT_BYTES, TEXT_BYTES, char_bytes
+from ..._core.dtype import DType
+from ..._core.errors import DataError, FormatError, LimitError
+from ..._core.limits import MAX_PICKLE_STRIDE as _MAX_STRIDE
+from ..._core.limits import check_dims
+from ..._core.stored_float import StoredFloat
+from .._budget import OBJECT_BYTES, TEXT_BYTES, char_bytes
 
 __all__ = [
     "DataKey",

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import FormatError, LimitError
-from .._core.limits import MAX_DCP_GRID_CELLS
-from ._budget import ITEM_BYTES, ParseBudget
+from ..._core.errors import FormatError, LimitError
+from ..._core.limits import MAX_DCP_GRID_CELLS
+from .._budget import ITEM_BYTES, ParseBudget
 from ._dcp_metadata import TensorEntry
 
 __all__ = ["BLOCK_BYTES", "Grid"]
