@@ -297,9 +297,9 @@ def test_whole_file_commands_stream_bounded_pieces(
 
 def test_close_closes_every_client(server: FileServer) -> None:
     ckpt = st.open_checkpoint(server.url(LOCAL["sharded"]), timeout=5)
-    storages = {id(shard.storage.connection) for shard in ckpt._reader.source._shards}
+    storages = {id(shard.storage.connection) for shard in ckpt._face.source._shards}
     assert len(storages) == 1  # one connection for the index and every shard
-    connection = ckpt._reader.source._shards[0].storage.connection
+    connection = ckpt._face.source._shards[0].storage.connection
     ckpt["model.vocab_ids"]  # a request from this thread, after the shard threads'
     clients = list(connection._clients)  # as many as requests ran at once
     assert clients and not any(client.is_closed for client in clients)
@@ -318,7 +318,7 @@ def test_requests_from_many_threads_in_turn_share_one_connection(server: FileSer
             thread = threading.Thread(target=ckpt.__getitem__, args=("model.vocab_ids",))
             thread.start()
             thread.join()
-        connection = ckpt._reader.source._shards[0].storage.connection
+        connection = ckpt._face.source._shards[0].storage.connection
         assert len(connection._clients) == 1
     assert len(server.requests) == 20 and len(server.ports) == 1
 
