@@ -30,7 +30,9 @@ def _runs(draw: hs.DrawFn, dtype: st.DType, count: int, length: int) -> list[np.
     bits = draw(hs.lists(hs.integers(0, (1 << (8 * dtype.itemsize)) - 1), min_size=length,
                          max_size=length))  # fmt: skip
     base = np.array(bits, dtype=f"<u{dtype.itemsize}").view(dtype.numpy)
-    base = np.where(np.isfinite(base.astype(np.float64)), base, np.zeros(1, dtype.numpy))
+    with np.errstate(invalid="ignore"):  # a NaN bit pattern widens with a warning
+        finite = np.isfinite(base.astype(np.float64))
+    base = np.where(finite, base, np.zeros(1, dtype.numpy))
     runs = []
     for _ in range(count):
         if draw(hs.booleans()):
@@ -38,7 +40,9 @@ def _runs(draw: hs.DrawFn, dtype: st.DType, count: int, length: int) -> list[np.
             ordinals = base.view(f"<u{dtype.itemsize}").astype(np.int64) + np.array(steps)
             ordinals = np.clip(ordinals, 0, (1 << (8 * dtype.itemsize)) - 1)
             near = ordinals.astype(f"<u{dtype.itemsize}").view(dtype.numpy)
-            runs.append(np.where(np.isfinite(near.astype(np.float64)), near, base))
+            with np.errstate(invalid="ignore"):
+                finite = np.isfinite(near.astype(np.float64))
+            runs.append(np.where(finite, near, base))
         else:
             runs.append(draw(_runs(dtype, 1, length))[0] if length else base.copy())
     return runs

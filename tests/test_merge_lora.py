@@ -48,7 +48,9 @@ def _values(draw: hs.DrawFn, dtype: st.DType, shape: tuple[int, ...]) -> np.ndar
         else:
             bits = draw(hs.integers(0, (1 << (8 * dtype.itemsize)) - 1))
             value = np.array([bits], dtype=f"<u{dtype.itemsize}").view(dtype.numpy)[0]
-            out[i] = value if np.isfinite(value.astype(np.float64)) else 0
+            with np.errstate(invalid="ignore"):  # a NaN bit pattern widens with a warning
+                finite = np.isfinite(value.astype(np.float64))
+            out[i] = value if finite else 0
     return out.reshape(shape)
 
 
